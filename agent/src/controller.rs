@@ -1,0 +1,135 @@
+//! The loop between sources and the reconciler: changes go into the store, every
+//! Service they touch is synced, and failures are retried without a storm of
+//! identical log lines.
+use std::{
+    collections::{BTreeSet, HashMap},
+    time::{Duration, Instant},
+};
+
+use tokio::sync::mpsc;
+use tracing::{debug, error, info, warn};
+
+use crate::{
+    maps::LbMaps, model::ServiceId, reconciler::Reconciler, source::SourceMsg, store::Store,
+};
+
+const RETRY: Duration = Duration::from_secs(2);
+
+pub struct Controller<M> {
+    store: Store,
+    reconciler: Reconciler<M>,
+    failed: BTreeSet<ServiceId>,
+    last_error: HashMap<ServiceId, String>,
+    synced: bool,
+}
+
+impl<M: LbMaps> Controller<M> {
+    pub fn new(reconciler: Reconciler<M>) -> Self {
+        Self {
+            store: Store::default(),
+            reconciler,
+            failed: BTreeSet::new(),
+            last_error: HashMap::new(),
+            synced: false,
+        }
+    }
+
+    pub fn reconciler(&self) -> &Reconciler<M> {
+        &self.reconciler
+    }
+
+    /// Runs until every source is gone or `shutdown` resolves.
+    pub async fn run(
+        &mut self,
+        mut rx: mpsc::Receiver<SourceMsg>,
+        shutdown: impl std::future::Future<Output = ()>,
+    ) {
+        tokio::pin!(shutdown);
+        let mut retry = tokio::time::interval(RETRY);
+        loop {
+            let mut dirty = BTreeSet::new();
+            tokio::select! {
+                () = &mut shutdown => return,
+                msg = rx.recv() => {
+                    let Some(msg) = msg else { return };
+                    self.handle(msg, &mut dirty);
+                    while let Ok(msg) = rx.try_recv() {
+                        self.handle(msg, &mut dirty);
+                    }
+                }
+                _ = retry.tick(), if !self.failed.is_empty() => {
+                    dirty.extend(self.failed.iter().cloned());
+                }
+            }
+            self.sync(dirty);
+        }
+    }
+
+    /// Applies one source message; exposed for tests that drive the loop by hand.
+    pub fn handle(&mut self, msg: SourceMsg, dirty: &mut BTreeSet<ServiceId>) {
+        match msg {
+            SourceMsg::Changes(changes) => {
+                for c in changes {
+                    self.store.apply(c, dirty);
+                }
+            }
+            SourceMsg::Synced => {
+                // Sync what is pending first, so restored frontends get claimed
+                // before the unclaimed ones are pruned.
+                self.sync(std::mem::take(dirty));
+                if !self.synced {
+                    self.synced = true;
+                    let stale = self.reconciler.unclaimed();
+                    for (fe, e) in self.reconciler.prune_unclaimed() {
+                        warn!(frontend = %fe, "cannot remove stale frontend: {e}");
+                    }
+                    info!(
+                        services = self.store.service_count(),
+                        frontends = self.reconciler.frontend_count(),
+                        stale_removed = stale - self.reconciler.unclaimed(),
+                        "initial sync complete"
+                    );
+                }
+            }
+        }
+    }
+
+    pub fn sync(&mut self, dirty: BTreeSet<ServiceId>) {
+        if dirty.is_empty() {
+            return;
+        }
+        let start = Instant::now();
+        let n = dirty.len();
+        let mut ops = 0;
+        for id in dirty {
+            let desired = self.store.frontends(&id);
+            match self.reconciler.sync_service(&id, &desired) {
+                Ok(done) => {
+                    ops += done;
+                    self.failed.remove(&id);
+                    if self.last_error.remove(&id).is_some() {
+                        info!(service = %id, "service programmed after earlier failure");
+                    }
+                }
+                Err(e) => {
+                    let msg = e.to_string();
+                    if self.last_error.get(&id) == Some(&msg) {
+                        debug!(service = %id, "still failing: {msg}");
+                    } else {
+                        error!(service = %id, "{msg}");
+                        self.last_error.insert(id.clone(), msg);
+                    }
+                    if e.is_transient() {
+                        self.failed.insert(id);
+                    }
+                }
+            }
+        }
+        debug!(
+            services = n,
+            map_ops = ops,
+            elapsed_us = start.elapsed().as_micros() as u64,
+            "synced"
+        );
+    }
+}

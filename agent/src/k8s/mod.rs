@@ -1,0 +1,107 @@
+//! The edge between Kubernetes wire types (k8s-openapi) and the agent's domain
+//! types. Every source, the manifest directory today and the API server later,
+//! converts through here, so validation and defaults are the same everywhere.
+mod service;
+mod slice;
+
+use std::fmt;
+
+pub use service::service;
+pub use slice::{SliceOutcome, slice};
+
+/// The label that ties an EndpointSlice to its Service.
+pub const LABEL_SERVICE_NAME: &str = "kubernetes.io/service-name";
+/// Services with this label belong to another proxy (as in kube-proxy).
+pub const LABEL_SERVICE_PROXY_NAME: &str = "service.kubernetes.io/service-proxy-name";
+
+/// One problem with one field of an object.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {problem}")]
+pub struct FieldError {
+    /// JSON path of the field, e.g. `spec.ports[1].port`.
+    pub field: String,
+    pub problem: Problem,
+}
+
+impl FieldError {
+    pub fn new(field: impl Into<String>, problem: Problem) -> Self {
+        Self {
+            field: field.into(),
+            problem,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Problem {
+    #[error("is required")]
+    Missing,
+    #[error("{value:?} is not a valid IP address")]
+    InvalidIp { value: String },
+    #[error("{value} is out of range 1-65535")]
+    PortOutOfRange { value: i64 },
+    #[error("unknown protocol {value:?} (expected TCP, UDP or SCTP)")]
+    UnknownProtocol { value: String },
+    #[error("duplicate port {port}/{proto}")]
+    DuplicatePort {
+        port: u16,
+        proto: crate::model::Protocol,
+    },
+    #[error("unknown address type {value:?} (expected IPv4, IPv6 or FQDN)")]
+    UnknownAddressType { value: String },
+    #[error("clusterIPs[0] {ips0:?} differs from clusterIP {ip:?}")]
+    ClusterIpMismatch { ip: String, ips0: String },
+    #[error("no port number; the port is skipped")]
+    NoPortNumber,
+    #[error(
+        "empty, so the Service gets no ClusterIP frontend (nothing allocates one without an API server)"
+    )]
+    NoClusterIp,
+}
+
+/// Why a whole object was rejected: every field problem found, at once.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub struct ObjectError {
+    pub errors: Vec<FieldError>,
+}
+
+impl fmt::Display for ObjectError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, e) in self.errors.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "{e}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A converted object and the problems that did not reject it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Converted<T> {
+    pub value: T,
+    pub warnings: Vec<FieldError>,
+}
+
+fn port(field: impl FnOnce() -> String, value: i64) -> Result<u16, FieldError> {
+    match u16::try_from(value) {
+        Ok(p) if p != 0 => Ok(p),
+        _ => Err(FieldError::new(field(), Problem::PortOutOfRange { value })),
+    }
+}
+
+fn protocol(
+    field: impl FnOnce() -> String,
+    value: Option<&str>,
+) -> Result<crate::model::Protocol, FieldError> {
+    let value = value.unwrap_or("TCP");
+    crate::model::Protocol::from_k8s(value).ok_or_else(|| {
+        FieldError::new(
+            field(),
+            Problem::UnknownProtocol {
+                value: value.to_owned(),
+            },
+        )
+    })
+}

@@ -1,0 +1,131 @@
+use std::net::Ipv4Addr;
+
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+
+use super::{Converted, FieldError, LABEL_SERVICE_NAME, ObjectError, Problem, port, protocol};
+use crate::model::{EndpointSpec, ServiceId, SliceId, SlicePortSpec, SliceSpec};
+
+/// What became of an EndpointSlice.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SliceOutcome {
+    /// An IPv4 slice the datapath uses.
+    Ipv4(Converted<SliceSpec>),
+    /// A valid slice the datapath has no use for (FQDN, or IPv6 until the IPv6
+    /// datapath exists). Any slice it replaces is withdrawn.
+    Ignored { reason: &'static str },
+}
+
+pub fn slice(eps: &EndpointSlice) -> Result<SliceOutcome, ObjectError> {
+    let mut errors = Vec::new();
+    let mut warnings = Vec::new();
+    let name = eps.metadata.name.clone().unwrap_or_default();
+    if name.is_empty() {
+        errors.push(FieldError::new("metadata.name", Problem::Missing));
+    }
+    let namespace = eps
+        .metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".to_owned());
+    let service = eps
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(LABEL_SERVICE_NAME))
+        .filter(|s| !s.is_empty());
+    if service.is_none() {
+        errors.push(FieldError::new(
+            format!("metadata.labels[{LABEL_SERVICE_NAME}]"),
+            Problem::Missing,
+        ));
+    }
+    match eps.address_type.as_str() {
+        "IPv4" => {}
+        "IPv6" => return finish(errors, "IPv6 slices wait for the IPv6 datapath"),
+        "FQDN" => {
+            return finish(
+                errors,
+                "FQDN slices are not load balanced (as in kube-proxy)",
+            );
+        }
+        other => errors.push(FieldError::new(
+            "addressType",
+            Problem::UnknownAddressType {
+                value: other.to_owned(),
+            },
+        )),
+    }
+
+    let mut ports = Vec::new();
+    for (i, p) in eps.ports.iter().flatten().enumerate() {
+        let Some(number) = p.port else {
+            warnings.push(FieldError::new(
+                format!("ports[{i}].port"),
+                Problem::NoPortNumber,
+            ));
+            continue;
+        };
+        let number = port(|| format!("ports[{i}].port"), i64::from(number));
+        let proto = protocol(|| format!("ports[{i}].protocol"), p.protocol.as_deref());
+        match (number, proto) {
+            (Ok(port), Ok(proto)) => ports.push(SlicePortSpec {
+                name: p.name.clone().unwrap_or_default(),
+                port,
+                proto,
+            }),
+            (number, proto) => errors.extend(number.err().into_iter().chain(proto.err())),
+        }
+    }
+
+    let mut endpoints = Vec::new();
+    for (i, ep) in eps.endpoints.iter().enumerate() {
+        let mut addrs = Vec::new();
+        for (j, a) in ep.addresses.iter().enumerate() {
+            match a.parse::<Ipv4Addr>() {
+                Ok(ip) => addrs.push(ip),
+                // One bad address costs that address, not the slice.
+                Err(_) => warnings.push(FieldError::new(
+                    format!("endpoints[{i}].addresses[{j}]"),
+                    Problem::InvalidIp { value: a.clone() },
+                )),
+            }
+        }
+        if addrs.is_empty() {
+            continue;
+        }
+        let c = ep.conditions.clone().unwrap_or_default();
+        // API defaults: unknown readiness counts as ready, serving defers to
+        // ready, and terminating defaults to false.
+        let ready = c.ready.unwrap_or(true);
+        endpoints.push(EndpointSpec {
+            addrs,
+            ready,
+            serving: c.serving.unwrap_or(ready),
+            terminating: c.terminating.unwrap_or(false),
+        });
+    }
+
+    if !errors.is_empty() {
+        return Err(ObjectError { errors });
+    }
+    Ok(SliceOutcome::Ipv4(Converted {
+        value: SliceSpec {
+            id: SliceId {
+                namespace: namespace.clone(),
+                name,
+            },
+            service: ServiceId::new(namespace, service.cloned().unwrap_or_default()),
+            ports,
+            endpoints,
+        },
+        warnings,
+    }))
+}
+
+fn finish(errors: Vec<FieldError>, reason: &'static str) -> Result<SliceOutcome, ObjectError> {
+    if errors.is_empty() {
+        Ok(SliceOutcome::Ignored { reason })
+    } else {
+        Err(ObjectError { errors })
+    }
+}

@@ -1,0 +1,20 @@
+//! weir-agent: compiles Services and EndpointSlices into the BPF maps that Weir's
+//! kernel programs read.
+//!
+//! ```text
+//!  sources ──Change──▶ store ──DesiredFrontend──▶ planner ──MapOp──▶ reconciler ──▶ pinned maps
+//! (manifests)        (tables)                     (pure)             (one writer)     ▲
+//!                                                                                     │
+//!                                         connect4 / sendmsg4 / recvmsg4 / getpeername4
+//! ```
+pub mod cleanup;
+pub mod controller;
+pub mod datapath;
+pub mod inspect;
+pub mod k8s;
+pub mod maps;
+pub mod model;
+pub mod planner;
+pub mod reconciler;
+pub mod source;
+pub mod store;

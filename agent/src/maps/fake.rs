@@ -1,0 +1,116 @@
+//! In-memory maps with the kernel's capacity rule and injectable write failures,
+//! plus a model of the socket hook's backend choice, for tests without a kernel.
+use std::{collections::BTreeMap, io};
+
+use weir_abi::{Backend4, Service4Key};
+
+use super::{Capacity, LbMaps, MapError, MapName, MapOp, Snapshot};
+
+#[derive(Clone, Debug)]
+pub struct FakeMaps {
+    pub state: Snapshot,
+    capacity: Capacity,
+    /// Fail the write after this many more successful ones.
+    fail_after: Option<usize>,
+    /// Every operation applied, in order.
+    pub log: Vec<MapOp>,
+}
+
+impl FakeMaps {
+    pub fn new(capacity: Capacity) -> Self {
+        Self {
+            state: Snapshot::default(),
+            capacity,
+            fail_after: None,
+            log: Vec::new(),
+        }
+    }
+
+    /// Makes the write after `n` more successful ones fail with EIO.
+    pub fn fail_after(&mut self, n: usize) {
+        self.fail_after = Some(n);
+    }
+
+    /// What `connect()` to `key`'s frontend would reach with random number
+    /// `roll`: `Ok(None)` when the frontend is unknown (no translation),
+    /// `Err(())` when the datapath refuses the connection.
+    pub fn connect(&self, key: Service4Key, roll: u32) -> Result<Option<Backend4>, ()> {
+        let master_key = Service4Key { slot: 0, ..key };
+        let Some(master) = self.state.services.get(&master_key) else {
+            return Ok(None);
+        };
+        let n = if master.count > 0 {
+            master.count
+        } else {
+            master.qcount
+        };
+        if n == 0 {
+            return Err(());
+        }
+        let slot_key = Service4Key {
+            slot: (roll % u32::from(n) + 1) as u16,
+            ..key
+        };
+        let slot = self.state.services.get(&slot_key).ok_or(())?;
+        self.state
+            .backends
+            .get(&slot.backend_id)
+            .copied()
+            .map(Some)
+            .ok_or(())
+    }
+}
+
+impl LbMaps for FakeMaps {
+    fn apply(&mut self, op: &MapOp) -> Result<(), MapError> {
+        if let Some(n) = self.fail_after.as_mut() {
+            if *n == 0 {
+                self.fail_after = None;
+                return Err(MapError::Write {
+                    map: op.map(),
+                    source: io::Error::from_raw_os_error(libc::EIO),
+                });
+            }
+            *n -= 1;
+        }
+        let cap = self.capacity.of(op.map());
+        match *op {
+            MapOp::UpsertService(k, v) => {
+                insert(&mut self.state.services, k, v, cap, MapName::Services)?
+            }
+            MapOp::UpsertBackend(k, v) => {
+                insert(&mut self.state.backends, k, v, cap, MapName::Backends)?
+            }
+            MapOp::UpsertRevNat(k, v) => {
+                insert(&mut self.state.revnat, k, v, cap, MapName::RevNat)?
+            }
+            MapOp::DeleteService(k) => drop(self.state.services.remove(&k)),
+            MapOp::DeleteBackend(k) => drop(self.state.backends.remove(&k)),
+            MapOp::DeleteRevNat(k) => drop(self.state.revnat.remove(&k)),
+        }
+        self.log.push(*op);
+        Ok(())
+    }
+
+    fn snapshot(&self) -> Result<Snapshot, MapError> {
+        Ok(self.state.clone())
+    }
+
+    fn capacity(&self) -> Capacity {
+        self.capacity
+    }
+}
+
+fn insert<K: Ord, V>(
+    m: &mut BTreeMap<K, V>,
+    k: K,
+    v: V,
+    capacity: u32,
+    map: MapName,
+) -> Result<(), MapError> {
+    if !m.contains_key(&k) && m.len() >= capacity as usize {
+        return Err(MapError::Full { map, capacity });
+    }
+    m.insert(k, v);
+    Ok(())
+}

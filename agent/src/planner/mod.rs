@@ -1,0 +1,152 @@
+//! The pure planner: from what a frontend looks like in the maps now and what it
+//! should look like, the map operations that get it there, in make-before-break
+//! order. No I/O: everything here is testable without a kernel.
+//!
+//! Order, per frontend:
+//! 1. upsert new or changed backends and the rev-NAT entry;
+//! 2. upsert slots `1..`;
+//! 3. upsert the master (slot 0), which switches readers to the new slots;
+//! 4. prune: a deleted frontend's master first, then slots beyond the new counts,
+//!    then backends and rev-NAT entries nothing points at any more.
+//!
+//! A reader that loaded the old master can still find every slot and backend it
+//! names until step 4, and the datapath re-reads the master when a slot vanished
+//! under it, so a frontend with backends never looks empty.
+mod ids;
+mod image;
+mod restore;
+
+use std::collections::BTreeMap;
+
+pub use ids::{IdAllocator, Ids};
+pub use image::{FrontendImage, service_key};
+pub use restore::{Restored, restore};
+
+use crate::{
+    maps::MapOp,
+    model::{DesiredFrontend, Frontend},
+};
+
+/// The operations for one frontend and the image they produce.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Plan {
+    pub frontend: Frontend,
+    pub ops: Vec<MapOp>,
+    /// `None` when the frontend is deleted.
+    pub image: Option<FrontendImage>,
+    /// Ids reserved while planning; given back if the plan is not applied.
+    pub allocated: Vec<Allocated>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Allocated {
+    Backend(u32),
+    RevNat(u32),
+}
+
+/// Plans one frontend from `old` (what the maps hold) to `desired`.
+pub fn plan(
+    frontend: Frontend,
+    old: Option<&FrontendImage>,
+    desired: Option<&DesiredFrontend>,
+    ids: &mut Ids,
+) -> Plan {
+    let mut allocated = Vec::new();
+    let image = desired.map(|d| FrontendImage::build(d, old, ids, &mut allocated));
+    let ops = diff(frontend, old, image.as_ref());
+    Plan {
+        frontend,
+        ops,
+        image,
+        allocated,
+    }
+}
+
+/// The operations that turn `old` into `new`, in make-before-break order.
+/// Also used to roll a partly applied plan back: diff from what was written to
+/// what was there before.
+pub fn diff(
+    frontend: Frontend,
+    old: Option<&FrontendImage>,
+    new: Option<&FrontendImage>,
+) -> Vec<MapOp> {
+    let empty = FrontendImage::default();
+    let old = old.unwrap_or(&empty);
+    let new_img = new.unwrap_or(&empty);
+    let mut ops = Vec::new();
+
+    for (&id, b) in &new_img.backends {
+        if old.backends.get(&id) != Some(b) {
+            ops.push(MapOp::UpsertBackend(id, *b));
+        }
+    }
+    if new.is_some() && (old.rev_nat_id != new_img.rev_nat_id || old.revnat != new_img.revnat) {
+        ops.push(MapOp::UpsertRevNat(new_img.rev_nat_id, new_img.revnat));
+    }
+    for (&slot, v) in new_img.services.range(1..) {
+        if old.services.get(&slot) != Some(v) {
+            ops.push(MapOp::UpsertService(service_key(frontend, slot), *v));
+        }
+    }
+    if let Some(master) = new_img.services.get(&0)
+        && old.services.get(&0) != Some(master)
+    {
+        ops.push(MapOp::UpsertService(service_key(frontend, 0), *master));
+    }
+
+    if old.services.contains_key(&0) && !new_img.services.contains_key(&0) {
+        ops.push(MapOp::DeleteService(service_key(frontend, 0)));
+    }
+    for &slot in old.services.range(1..).map(|(s, _)| s) {
+        if !new_img.services.contains_key(&slot) {
+            ops.push(MapOp::DeleteService(service_key(frontend, slot)));
+        }
+    }
+    for &id in old.backends.keys() {
+        if !new_img.backends.contains_key(&id) {
+            ops.push(MapOp::DeleteBackend(id));
+        }
+    }
+    let old_has_revnat = old.rev_nat_id != 0;
+    if old_has_revnat && (new.is_none() || old.rev_nat_id != new_img.rev_nat_id) {
+        ops.push(MapOp::DeleteRevNat(old.rev_nat_id));
+    }
+    ops
+}
+
+/// New entries a plan adds to each map before it prunes: what must fit.
+pub fn growth(
+    old: Option<&FrontendImage>,
+    new: Option<&FrontendImage>,
+) -> BTreeMap<crate::maps::MapName, u32> {
+    use crate::maps::MapName;
+    let empty = FrontendImage::default();
+    let old = old.unwrap_or(&empty);
+    let mut g = BTreeMap::new();
+    if let Some(new) = new {
+        let services = new
+            .services
+            .keys()
+            .filter(|s| !old.services.contains_key(s))
+            .count();
+        let backends = new
+            .backends
+            .keys()
+            .filter(|b| !old.backends.contains_key(b))
+            .count();
+        let revnat = usize::from(new.rev_nat_id != old.rev_nat_id);
+        for (map, n) in [
+            (MapName::Services, services),
+            (MapName::Backends, backends),
+            (MapName::RevNat, revnat),
+        ] {
+            if n > 0 {
+                g.insert(map, u32::try_from(n).unwrap_or(u32::MAX));
+            }
+        }
+    }
+    g
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,95 @@
+//! Rebuilding the planner's view from pinned maps after a restart, so the first
+//! sync rewrites only what changed while the agent was away.
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    net::Ipv4Addr,
+};
+
+use weir_abi::SCOPE_ALL;
+
+use super::{FrontendImage, Ids};
+use crate::{
+    maps::{MapOp, Snapshot},
+    model::{Frontend, Protocol},
+};
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Restored {
+    pub images: BTreeMap<Frontend, FrontendImage>,
+    /// Entries no frontend reaches: safe to delete at once, in this order.
+    pub orphans: Vec<MapOp>,
+    /// Every id found, orphans' included, marked used.
+    pub ids: Ids,
+}
+
+pub fn restore(s: &Snapshot) -> Restored {
+    let mut out = Restored::default();
+    let mut claimed_slots = BTreeSet::new();
+    let mut claimed_backends = BTreeSet::new();
+    let mut claimed_revnat = BTreeSet::new();
+
+    for (k, master) in s.services.iter().filter(|(k, _)| k.slot == 0) {
+        let Some(proto) = Protocol::from_ip_proto(k.proto) else {
+            continue;
+        };
+        if k.scope != SCOPE_ALL {
+            continue;
+        }
+        let fe = Frontend {
+            addr: Ipv4Addr::from(u32::from_be(k.addr)),
+            port: u16::from_be(k.port),
+            proto,
+        };
+        let mut image = FrontendImage {
+            rev_nat_id: master.rev_nat_id,
+            ..FrontendImage::default()
+        };
+        if let Some(r) = s.revnat.get(&master.rev_nat_id) {
+            image.revnat = *r;
+            claimed_revnat.insert(master.rev_nat_id);
+        }
+        image.services.insert(0, *master);
+        claimed_slots.insert(*k);
+        let used = u32::from(master.count) + u32::from(master.qcount);
+        for slot in 1..=used {
+            let slot = u16::try_from(slot).unwrap_or(u16::MAX);
+            let sk = weir_abi::Service4Key { slot, ..*k };
+            let Some(v) = s.services.get(&sk) else {
+                continue;
+            };
+            image.services.insert(slot, *v);
+            claimed_slots.insert(sk);
+            if let Some(b) = s.backends.get(&v.backend_id)
+                && claimed_backends.insert(v.backend_id)
+            {
+                image.backends.insert(v.backend_id, *b);
+            }
+        }
+        out.images.insert(fe, image);
+    }
+
+    for k in s.services.keys().filter(|k| !claimed_slots.contains(*k)) {
+        out.orphans.push(MapOp::DeleteService(*k));
+    }
+    for &id in s
+        .backends
+        .keys()
+        .filter(|id| !claimed_backends.contains(*id))
+    {
+        out.orphans.push(MapOp::DeleteBackend(id));
+    }
+    for &id in s.revnat.keys().filter(|id| !claimed_revnat.contains(*id)) {
+        out.orphans.push(MapOp::DeleteRevNat(id));
+    }
+
+    for &id in s.backends.keys() {
+        out.ids.backends.reserve(id);
+    }
+    for image in out.images.values() {
+        out.ids.revnat.reserve(image.rev_nat_id);
+    }
+    for &id in s.revnat.keys() {
+        out.ids.revnat.reserve(id);
+    }
+    out
+}

@@ -1,0 +1,402 @@
+//! The one writer of the BPF maps. It plans each Service's frontends with the
+//! pure planner, checks that the result fits, applies the operations in order and
+//! rolls a Service back to its previous state if a write fails half-way, so a
+//! Service is either fully updated or left exactly as it was.
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use tracing::{debug, warn};
+
+use crate::{
+    maps::{LbMaps, MapError, MapName, MapOp},
+    model::{DesiredFrontend, Frontend, ServiceId},
+    planner::{self, Allocated, FrontendImage, Ids, Plan},
+};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    #[error("service {service}: frontend {frontend} already belongs to service {owner}")]
+    FrontendConflict {
+        service: ServiceId,
+        frontend: Frontend,
+        owner: ServiceId,
+    },
+    #[error(
+        "service {service}: frontend {frontend} has {count} backends, more than the 65535 a frontend can hold"
+    )]
+    TooManyBackends {
+        service: ServiceId,
+        frontend: Frontend,
+        count: usize,
+    },
+    #[error(
+        "service {service} does not fit in map {map}: {used} of {capacity} entries in use and it needs {needed} more (raise --max-services or --max-backends)"
+    )]
+    MapFull {
+        service: ServiceId,
+        map: MapName,
+        used: u64,
+        capacity: u32,
+        needed: u32,
+    },
+    #[error("service {service}: {source}; the service was rolled back to its previous state")]
+    Map {
+        service: ServiceId,
+        #[source]
+        source: MapError,
+    },
+    #[error(
+        "service {service}: {source}; rolling back failed too ({rollback}), the next sync retries"
+    )]
+    RollbackFailed {
+        service: ServiceId,
+        #[source]
+        source: MapError,
+        rollback: MapError,
+    },
+}
+
+impl ReconcileError {
+    /// Worth retrying later without a change from the source.
+    pub const fn is_transient(&self) -> bool {
+        !matches!(self, Self::TooManyBackends { .. })
+    }
+}
+
+pub struct Reconciler<M> {
+    maps: M,
+    ids: Ids,
+    images: BTreeMap<Frontend, FrontendImage>,
+    owners: HashMap<Frontend, ServiceId>,
+    by_service: HashMap<ServiceId, BTreeSet<Frontend>>,
+    /// Restored from the maps but not yet claimed by any Service.
+    unclaimed: BTreeSet<Frontend>,
+    used: BTreeMap<MapName, u64>,
+}
+
+impl<M: LbMaps> Reconciler<M> {
+    /// Takes over whatever the maps hold: frontends become unclaimed images that
+    /// Services adopt as they sync, and entries no frontend reaches are removed.
+    pub fn restore(mut maps: M) -> Result<Self, MapError> {
+        let snapshot = maps.snapshot()?;
+        let restored = planner::restore(&snapshot);
+        let mut ids = restored.ids;
+        for op in &restored.orphans {
+            maps.apply(op)?;
+            release_deleted(&mut ids, op);
+        }
+        if !restored.orphans.is_empty() {
+            debug!(
+                entries = restored.orphans.len(),
+                "removed unreachable map entries"
+            );
+        }
+        let mut this = Self {
+            maps,
+            ids,
+            unclaimed: restored.images.keys().copied().collect(),
+            images: restored.images,
+            owners: HashMap::new(),
+            by_service: HashMap::new(),
+            used: BTreeMap::new(),
+        };
+        for image in this.images.values() {
+            for (map, n) in sizes(image) {
+                *this.used.entry(map).or_default() += n;
+            }
+        }
+        Ok(this)
+    }
+
+    pub fn maps(&self) -> &M {
+        &self.maps
+    }
+
+    /// Frontends restored from the maps that no Service has claimed yet.
+    pub fn unclaimed(&self) -> usize {
+        self.unclaimed.len()
+    }
+
+    pub fn frontend_count(&self) -> usize {
+        self.images.len()
+    }
+
+    /// Makes the datapath serve exactly `desired` for `service`; an empty list
+    /// removes it.
+    pub fn sync_service(
+        &mut self,
+        service: &ServiceId,
+        desired: &[DesiredFrontend],
+    ) -> Result<usize, ReconcileError> {
+        for d in desired {
+            if d.backends.len() > usize::from(u16::MAX) {
+                return Err(ReconcileError::TooManyBackends {
+                    service: service.clone(),
+                    frontend: d.frontend,
+                    count: d.backends.len(),
+                });
+            }
+            if let Some(owner) = self.owners.get(&d.frontend)
+                && owner != service
+            {
+                return Err(ReconcileError::FrontendConflict {
+                    service: service.clone(),
+                    frontend: d.frontend,
+                    owner: owner.clone(),
+                });
+            }
+        }
+
+        let current = self.by_service.get(service).cloned().unwrap_or_default();
+        let wanted: BTreeMap<Frontend, &DesiredFrontend> =
+            desired.iter().map(|d| (d.frontend, d)).collect();
+        let mut plans = Vec::new();
+        for fe in current.iter().filter(|fe| !wanted.contains_key(fe)) {
+            plans.push(planner::plan(*fe, self.images.get(fe), None, &mut self.ids));
+        }
+        for (fe, d) in &wanted {
+            plans.push(planner::plan(
+                *fe,
+                self.images.get(fe),
+                Some(d),
+                &mut self.ids,
+            ));
+        }
+
+        self.check_fits(service, &plans)?;
+        let mut ops = 0;
+        for i in 0..plans.len() {
+            if let Err((done, source)) = self.apply_ops(&plans[i].ops) {
+                return Err(self.roll_back(service, &plans[..=i], done, source));
+            }
+            ops += plans[i].ops.len();
+        }
+        for plan in plans {
+            self.commit(service, plan);
+        }
+        Ok(ops)
+    }
+
+    /// Removes restored frontends that no Service claimed during the first full
+    /// sync: their Services were deleted while the agent was away.
+    pub fn prune_unclaimed(&mut self) -> Vec<(Frontend, MapError)> {
+        let mut failed = Vec::new();
+        for fe in std::mem::take(&mut self.unclaimed) {
+            let plan = planner::plan(fe, self.images.get(&fe), None, &mut self.ids);
+            match self.apply_ops(&plan.ops) {
+                Ok(()) => {
+                    debug!(%fe, "removed frontend of a service that no longer exists");
+                    self.settle(plan);
+                }
+                Err((_, e)) => {
+                    self.unclaimed.insert(fe);
+                    failed.push((fe, e));
+                }
+            }
+        }
+        failed
+    }
+
+    fn check_fits(&mut self, service: &ServiceId, plans: &[Plan]) -> Result<(), ReconcileError> {
+        let mut needed: BTreeMap<MapName, u32> = BTreeMap::new();
+        for p in plans {
+            for (map, n) in planner::growth(self.images.get(&p.frontend), p.image.as_ref()) {
+                *needed.entry(map).or_default() += n;
+            }
+        }
+        let capacity = self.maps.capacity();
+        for (map, n) in needed {
+            let used = self.used.get(&map).copied().unwrap_or(0);
+            if used + u64::from(n) > u64::from(capacity.of(map)) {
+                for p in plans {
+                    self.release_allocated(p);
+                }
+                return Err(ReconcileError::MapFull {
+                    service: service.clone(),
+                    map,
+                    used,
+                    capacity: capacity.of(map),
+                    needed: n,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies `ops` in order; on failure, says how many were applied first.
+    fn apply_ops(&mut self, ops: &[MapOp]) -> Result<(), (usize, MapError)> {
+        for (i, op) in ops.iter().enumerate() {
+            self.maps.apply(op).map_err(|e| (i, e))?;
+        }
+        Ok(())
+    }
+
+    /// Undoes `plans`, all applied except the last, which failed after
+    /// `applied_in_last` writes; newest first.
+    fn roll_back(
+        &mut self,
+        service: &ServiceId,
+        plans: &[Plan],
+        applied_in_last: usize,
+        source: MapError,
+    ) -> ReconcileError {
+        let last = plans.len() - 1;
+        let written: Vec<FrontendImage> = plans
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                // The failed write counts as written: the undo then covers its
+                // key whichever way the kernel took it.
+                let n = if i == last {
+                    (applied_in_last + 1).min(p.ops.len())
+                } else {
+                    p.ops.len()
+                };
+                let mut img = self.images.get(&p.frontend).cloned().unwrap_or_default();
+                for op in &p.ops[..n] {
+                    apply_to_image(&mut img, op);
+                }
+                img
+            })
+            .collect();
+        for (p, w) in plans.iter().zip(&written).rev() {
+            let undo = planner::diff(p.frontend, Some(w), self.images.get(&p.frontend));
+            if let Err((_, rollback)) = self.apply_ops(&undo) {
+                warn!(%service, frontend = %p.frontend, "rollback failed; tracking what was written");
+                for (p, w) in plans.iter().zip(written) {
+                    self.adopt_written(service, p, w);
+                }
+                return ReconcileError::RollbackFailed {
+                    service: service.clone(),
+                    source,
+                    rollback,
+                };
+            }
+        }
+        for p in plans {
+            self.release_allocated(p);
+        }
+        ReconcileError::Map {
+            service: service.clone(),
+            source,
+        }
+    }
+
+    /// After a failed rollback, the maps hold `written` for this frontend; track
+    /// that so the next sync plans from the truth.
+    fn adopt_written(&mut self, service: &ServiceId, plan: &Plan, written: FrontendImage) {
+        let before = self
+            .images
+            .get(&plan.frontend)
+            .map(sizes)
+            .unwrap_or_default();
+        self.adjust_used(&before, &sizes(&written));
+        for a in &plan.allocated {
+            match *a {
+                Allocated::Backend(id) if !written.backends.contains_key(&id) => {
+                    self.ids.backends.release(id)
+                }
+                Allocated::RevNat(id) if written.rev_nat_id != id => self.ids.revnat.release(id),
+                _ => {}
+            }
+        }
+        self.unclaimed.remove(&plan.frontend);
+        self.owners.insert(plan.frontend, service.clone());
+        self.by_service
+            .entry(service.clone())
+            .or_default()
+            .insert(plan.frontend);
+        self.images.insert(plan.frontend, written);
+    }
+
+    fn commit(&mut self, service: &ServiceId, plan: Plan) {
+        let fe = plan.frontend;
+        self.unclaimed.remove(&fe);
+        if plan.image.is_some() {
+            self.owners.insert(fe, service.clone());
+            self.by_service
+                .entry(service.clone())
+                .or_default()
+                .insert(fe);
+        } else {
+            self.owners.remove(&fe);
+            if let Some(set) = self.by_service.get_mut(service) {
+                set.remove(&fe);
+                if set.is_empty() {
+                    self.by_service.remove(service);
+                }
+            }
+        }
+        self.settle(plan);
+    }
+
+    /// Records a fully applied plan's image and frees the ids it deleted.
+    fn settle(&mut self, plan: Plan) {
+        for op in &plan.ops {
+            release_deleted(&mut self.ids, op);
+        }
+        let before = self
+            .images
+            .get(&plan.frontend)
+            .map(sizes)
+            .unwrap_or_default();
+        let after = plan.image.as_ref().map(sizes).unwrap_or_default();
+        self.adjust_used(&before, &after);
+        match plan.image {
+            Some(img) => drop(self.images.insert(plan.frontend, img)),
+            None => drop(self.images.remove(&plan.frontend)),
+        }
+    }
+
+    fn adjust_used(&mut self, before: &BTreeMap<MapName, u64>, after: &BTreeMap<MapName, u64>) {
+        for map in MapName::ALL {
+            let u = self.used.entry(map).or_default();
+            *u = (*u + after.get(&map).copied().unwrap_or(0))
+                .saturating_sub(before.get(&map).copied().unwrap_or(0));
+        }
+    }
+
+    fn release_allocated(&mut self, plan: &Plan) {
+        for a in &plan.allocated {
+            match *a {
+                Allocated::Backend(id) => self.ids.backends.release(id),
+                Allocated::RevNat(id) => self.ids.revnat.release(id),
+            }
+        }
+    }
+}
+
+fn release_deleted(ids: &mut Ids, op: &MapOp) {
+    match *op {
+        MapOp::DeleteBackend(id) => ids.backends.release(id),
+        MapOp::DeleteRevNat(id) => ids.revnat.release(id),
+        _ => {}
+    }
+}
+
+fn sizes(img: &FrontendImage) -> BTreeMap<MapName, u64> {
+    BTreeMap::from([
+        (MapName::Services, img.services.len() as u64),
+        (MapName::Backends, img.backends.len() as u64),
+        (MapName::RevNat, u64::from(img.rev_nat_id != 0)),
+    ])
+}
+
+fn apply_to_image(img: &mut FrontendImage, op: &MapOp) {
+    match *op {
+        MapOp::UpsertService(k, v) => drop(img.services.insert(k.slot, v)),
+        MapOp::DeleteService(k) => drop(img.services.remove(&k.slot)),
+        MapOp::UpsertBackend(id, b) => drop(img.backends.insert(id, b)),
+        MapOp::DeleteBackend(id) => drop(img.backends.remove(&id)),
+        MapOp::UpsertRevNat(id, r) => {
+            img.rev_nat_id = id;
+            img.revnat = r;
+        }
+        MapOp::DeleteRevNat(_) => {
+            img.rev_nat_id = 0;
+            img.revnat = weir_abi::RevNat4::default();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,13 @@
+//! Sources of desired state. Each one turns its own input into [`Change`]s for
+//! the store and says when it has delivered a complete first view.
+pub mod manifests;
+
+use crate::store::Change;
+
+#[derive(Debug)]
+pub enum SourceMsg {
+    Changes(Vec<Change>),
+    /// Everything the source knew at start has been sent; frontends restored from
+    /// the maps that nobody claimed by now belong to deleted Services.
+    Synced,
+}
