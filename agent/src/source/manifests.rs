@@ -227,7 +227,10 @@ fn load_file(path: &Path, previous: &BTreeMap<ObjRef, Object>) -> Option<BTreeMa
             .map(|v| vec![v])
             .map_err(|e| e.to_string())
     } else {
-        serde_saphyr::from_multiple::<Value>(&text).map_err(|e| e.to_string())
+        // The parser renders a source snippet below its first line; one log
+        // line per problem is what log pipelines expect.
+        serde_saphyr::from_multiple::<Value>(&text)
+            .map_err(|e| e.to_string().lines().next().unwrap_or_default().to_owned())
     }
     .inspect_err(|e| error!(%file, "not valid YAML or JSON, keeping its previous objects: {e}"))
     .ok()?;
@@ -299,7 +302,8 @@ fn load_file(path: &Path, previous: &BTreeMap<ObjRef, Object>) -> Option<BTreeMa
                         Ok(Object::Slice(c.value))
                     }
                     SliceOutcome::Ignored { reason } => {
-                        warn!(%file, %at, "EndpointSlice skipped: {reason}");
+                        let object = r.as_ref().map_or_else(|| at.clone(), ToString::to_string);
+                        warn!(%file, %object, "EndpointSlice skipped: {reason}");
                         Ok(Object::IgnoredSlice)
                     }
                 }

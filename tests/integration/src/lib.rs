@@ -1,1 +1,31 @@
+//! Test harness for Weir's privileged tests and demo.
+//!
+//! ```text
+//!   root namespace: only the harness; no address, route or rule is touched
+//!   ┌──────────── wt-<id>-n (node) ───────────────────────────────┐
+//!   │ agent's cgroup: clients (curl, dig, weir-testclient)        │
+//!   │ br0 10.77.0.1/24 ─┬─ vb1 ─┬─ vb2 ─ …                          │
+//!   └───────────────────┼───────┼─────────────────────────────────┘
+//!            wt-<id>-b1 eth0 10.77.0.11   wt-<id>-b2 eth0 10.77.0.12   …
+//!            weir-testsrv be1              weir-testsrv be2
+//! ```
+//! Every resource is owned by a guard that removes it on drop, panics included;
+//! [`sweep::sweep`] removes what a killed run left behind.
+pub mod agent;
+pub mod manifest;
+pub mod sweep;
+pub mod topology;
 
+use std::path::PathBuf;
+
+pub use agent::{Agent, ServiceView};
+pub use topology::Topology;
+
+/// Directory with the built binaries: `WEIR_BIN_DIR`, or `target/debug`.
+pub fn bin(name: &str) -> PathBuf {
+    let dir = std::env::var_os("WEIR_BIN_DIR").map_or_else(
+        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/debug"),
+        PathBuf::from,
+    );
+    dir.join(name)
+}

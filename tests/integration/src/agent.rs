@@ -1,0 +1,192 @@
+use std::{
+    fs::OpenOptions,
+    net::Ipv4Addr,
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, bail};
+use serde::Deserialize;
+
+use crate::{bin, topology::Topology};
+
+/// A running `weir-agent` in standalone mode on a topology. Killed on drop.
+pub struct Agent {
+    child: Option<Child>,
+    args: Vec<String>,
+    log: std::path::PathBuf,
+    pin_dir: std::path::PathBuf,
+}
+
+/// One frontend as `weir-agent inspect services -o json` prints it.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+pub struct ServiceView {
+    pub vip: Ipv4Addr,
+    pub port: u16,
+    pub protocol: String,
+    pub backends: Vec<BackendView>,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+pub struct BackendView {
+    pub ip: Ipv4Addr,
+    pub port: u16,
+    pub state: String,
+}
+
+impl Agent {
+    /// Starts the agent and waits for its first full sync.
+    pub fn start(topo: &Topology, extra: &[&str]) -> Result<Self> {
+        let mut args: Vec<String> = vec![
+            "--manifests".into(),
+            topo.manifests.display().to_string(),
+            "--cgroup".into(),
+            topo.cgroup.path.display().to_string(),
+            "--bpffs".into(),
+            topo.pin_dir().display().to_string(),
+        ];
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
+        let mut agent = Self {
+            child: None,
+            args,
+            log: topo.dir.join("agent.log"),
+            pin_dir: topo.pin_dir(),
+        };
+        agent.spawn()?;
+        Ok(agent)
+    }
+
+    fn spawn(&mut self) -> Result<()> {
+        let before = self.log_text().len();
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)?;
+        let child = Command::new(bin("weir-agent"))
+            .args(&self.args)
+            .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .context("starting weir-agent (build it: cargo build -p weir-agent)")?;
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if self.log_text()[before..].contains("initial sync complete") {
+                return Ok(());
+            }
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                bail!(
+                    "weir-agent exited with {status}:\n{}",
+                    &self.log_text()[before..]
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        bail!(
+            "weir-agent did not finish its first sync:\n{}",
+            &self.log_text()[before..]
+        )
+    }
+
+    /// Everything the agent (and its predecessors on this topology) logged.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Stops the agent with `signal` and waits for it to exit.
+    pub fn stop(&mut self, signal: i32) -> Result<()> {
+        if let Some(mut c) = self.child.take() {
+            // SAFETY: kill has no memory-safety preconditions.
+            unsafe { libc::kill(i32::try_from(c.id())?, signal) };
+            c.wait()?;
+        }
+        Ok(())
+    }
+
+    /// A graceful stop followed by a fresh start, as a rolling upgrade does.
+    pub fn restart(&mut self) -> Result<()> {
+        self.stop(libc::SIGTERM)?;
+        self.spawn()
+    }
+
+    /// The pinned maps as `weir-agent inspect services -o json` reads them.
+    pub fn inspect(&self) -> Result<Vec<ServiceView>> {
+        inspect(&self.pin_dir)
+    }
+
+    /// Polls the pinned maps until `pred` holds; returns how long that took.
+    pub fn wait_for(
+        &self,
+        timeout: Duration,
+        mut pred: impl FnMut(&[ServiceView]) -> bool,
+    ) -> Result<Duration> {
+        let start = Instant::now();
+        loop {
+            let views = self.inspect()?;
+            if pred(&views) {
+                return Ok(start.elapsed());
+            }
+            if start.elapsed() > timeout {
+                bail!(
+                    "condition not met within {timeout:?}; maps hold {views:#?}\nagent log:\n{}",
+                    self.log_text()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+pub fn inspect(pin_dir: &std::path::Path) -> Result<Vec<ServiceView>> {
+    let out = Command::new(bin("weir-agent"))
+        .args(["inspect", "services", "-o", "json", "--bpffs"])
+        .arg(pin_dir)
+        .output()?;
+    if !out.status.success() {
+        bail!("inspect failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(serde_json::from_slice(&out.stdout)?)
+}
+
+/// The backends `views` list for `vip:port/protocol`, as `ip:port` strings.
+pub fn backends_of(
+    views: &[ServiceView],
+    vip: &str,
+    port: u16,
+    protocol: &str,
+) -> Option<Vec<String>> {
+    views
+        .iter()
+        .find(|v| v.vip.to_string() == vip && v.port == port && v.protocol == protocol)
+        .map(|v| {
+            v.backends
+                .iter()
+                .map(|b| format!("{}:{}", b.ip, b.port))
+                .collect()
+        })
+}

@@ -1,0 +1,51 @@
+//! Removes what an earlier run left behind when it was killed before its guards
+//! ran: only resources with the harness's own prefixes are touched.
+use std::process::Command;
+
+use crate::topology::{CGROUP2, DIR_PREFIX, NETNS_PREFIX};
+
+pub fn sweep() {
+    let list = Command::new("ip").args(["netns", "list"]).output();
+    let names = list
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    for name in names.lines().filter_map(|l| l.split_whitespace().next()) {
+        if !name.starts_with(NETNS_PREFIX) {
+            continue;
+        }
+        if let Ok(out) = Command::new("ip").args(["netns", "pids", name]).output() {
+            for pid in String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .filter_map(|p| p.trim().parse::<i32>().ok())
+            {
+                // SAFETY: kill has no memory-safety preconditions.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+        eprintln!("sweep: removing leftover netns {name}");
+        let _ = Command::new("ip").args(["netns", "del", name]).status();
+    }
+    if let Ok(entries) = std::fs::read_dir(CGROUP2) {
+        for e in entries.flatten() {
+            if e.file_name().to_string_lossy().starts_with(DIR_PREFIX) {
+                eprintln!("sweep: removing leftover cgroup {}", e.path().display());
+                crate::topology::Cgroup { path: e.path() }.kill_all();
+                let _ = std::fs::remove_dir(e.path());
+            }
+        }
+    }
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
+    let tmp = std::env::temp_dir();
+    for m in mounts.lines().filter_map(|l| l.split_whitespace().nth(1)) {
+        if m.starts_with(&tmp.join(DIR_PREFIX).display().to_string()) {
+            let _ = Command::new("umount").arg(m).status();
+        }
+    }
+    if let Ok(entries) = std::fs::read_dir(&tmp) {
+        for e in entries.flatten() {
+            if e.file_name().to_string_lossy().starts_with(DIR_PREFIX) {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+    }
+}

@@ -1,0 +1,302 @@
+use std::{
+    io::{BufRead as _, BufReader},
+    net::Ipv4Addr,
+    path::{Path, PathBuf},
+    process::{Child, Command, Output, Stdio},
+    sync::atomic::{AtomicU32, Ordering},
+    time::Duration,
+};
+
+use anyhow::{Context as _, Result, bail, ensure};
+use serde::Deserialize;
+
+use crate::bin;
+
+/// Prefix of every network namespace the harness creates.
+pub const NETNS_PREFIX: &str = "wt-";
+/// Prefix of every cgroup and work directory the harness creates.
+pub const DIR_PREFIX: &str = "weir-test-";
+pub const CGROUP2: &str = "/sys/fs/cgroup/unified";
+pub const NODE_IP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 1);
+
+pub const BACKEND_TCP_PORT: u16 = 8080;
+pub const BACKEND_UDP_PORT: u16 = 5353;
+
+/// One backend host: a namespace running `weir-testsrv` under its name.
+pub struct Backend {
+    pub name: String,
+    pub ip: Ipv4Addr,
+    pub ns: Netns,
+}
+
+pub struct Topology {
+    pub id: String,
+    pub dir: PathBuf,
+    pub manifests: PathBuf,
+    pub node: Netns,
+    pub backends: Vec<Backend>,
+    pub cgroup: Cgroup,
+    pub bpffs: Bpffs,
+    servers: Vec<Child>,
+}
+
+impl Topology {
+    /// A node namespace with `n` backends on a bridge, a child cgroup, a private
+    /// bpffs mount and an empty manifests directory.
+    pub fn new(n: usize) -> Result<Self> {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let id = format!(
+            "{:x}{}",
+            std::process::id() & 0xfff,
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let dir = std::env::temp_dir().join(format!("{DIR_PREFIX}{id}"));
+        std::fs::create_dir_all(dir.join("manifests"))?;
+        let bpffs = Bpffs::mount(dir.join("bpf"))?;
+        let cgroup = Cgroup::create(Path::new(CGROUP2).join(format!("{DIR_PREFIX}{id}")))?;
+        let node = Netns::create(format!("{NETNS_PREFIX}{id}-n"))?;
+        node.sh("ip link set lo up && ip link add br0 type bridge && ip addr add 10.77.0.1/24 dev br0 && ip link set br0 up")?;
+        let mut topo = Self {
+            manifests: dir.join("manifests"),
+            id,
+            dir,
+            node,
+            backends: Vec::new(),
+            cgroup,
+            bpffs,
+            servers: Vec::new(),
+        };
+        for _ in 0..n {
+            topo.add_backend()?;
+        }
+        Ok(topo)
+    }
+
+    /// Adds a backend namespace `be<k>` at 10.77.0.(10+k) and starts its server.
+    pub fn add_backend(&mut self) -> Result<&Backend> {
+        let k = self.backends.len() + 1;
+        let name = format!("be{k}");
+        let ip = Ipv4Addr::new(10, 77, 0, 10 + u8::try_from(k)?);
+        let ns = Netns::create(format!("{NETNS_PREFIX}{}-b{k}", self.id))?;
+        run(Command::new("ip").args([
+            "link",
+            "add",
+            &format!("vb{k}"),
+            "netns",
+            &self.node.name,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth0",
+            "netns",
+            &ns.name,
+        ]))?;
+        self.node.sh(&format!(
+            "ip link set vb{k} master br0 && ip link set vb{k} up"
+        ))?;
+        ns.sh(&format!("ip link set lo up && ip addr add {ip}/24 dev eth0 && ip link set eth0 up && ip route add default via {NODE_IP}"))?;
+        let mut server = ns
+            .command(&bin("weir-testsrv"))
+            .args(["--name", &name])
+            .stdout(Stdio::piped())
+            .spawn()
+            .context("starting weir-testsrv (build it: cargo build -p weir-integration --bins)")?;
+        let mut line = String::new();
+        BufReader::new(server.stdout.take().context("server stdout")?).read_line(&mut line)?;
+        ensure!(
+            line.trim() == "ready",
+            "weir-testsrv for {name} did not start"
+        );
+        self.servers.push(server);
+        self.backends.push(Backend { name, ip, ns });
+        Ok(self.backends.last().expect("just pushed"))
+    }
+
+    pub fn backend(&self, name: &str) -> &Backend {
+        self.backends
+            .iter()
+            .find(|b| b.name == name)
+            .expect("known backend")
+    }
+
+    /// A command run in the node namespace inside the agent's cgroup, so the
+    /// socket programs apply to it.
+    pub fn client(&self, program: impl AsRef<Path>) -> Command {
+        let mut c = Command::new("sh");
+        c.args(["-c", r#"echo $$ > "$0" && exec "$@""#])
+            .arg(self.cgroup.path.join("cgroup.procs"))
+            .arg("nsenter")
+            .arg(format!("--net={}", self.node.path()))
+            .arg(program.as_ref());
+        c
+    }
+
+    /// Runs `weir-testclient` in the cgroup and returns its report.
+    pub fn probe(&self, mode: &str, target: &str, count: u32) -> Result<Probe> {
+        let out = self
+            .client(bin("weir-testclient"))
+            .args([mode, "--target", target, "--count", &count.to_string()])
+            .output()?;
+        Probe::parse(&out)
+    }
+
+    /// Writes a manifest atomically: a dotfile the agent ignores, renamed in place.
+    pub fn write_manifest(&self, file: &str, content: &str) -> Result<()> {
+        let tmp = self.manifests.join(format!(".{file}.tmp"));
+        std::fs::write(&tmp, content)?;
+        std::fs::rename(&tmp, self.manifests.join(file))?;
+        Ok(())
+    }
+
+    pub fn remove_manifest(&self, file: &str) -> Result<()> {
+        Ok(std::fs::remove_file(self.manifests.join(file))?)
+    }
+
+    pub fn pin_dir(&self) -> PathBuf {
+        self.bpffs.dir.join("weir")
+    }
+}
+
+impl Drop for Topology {
+    fn drop(&mut self) {
+        for s in &mut self.servers {
+            let _ = s.kill();
+            let _ = s.wait();
+        }
+        self.cgroup.kill_all();
+        // Namespaces, the cgroup and the bpffs mount go with their guards; the
+        // work directory last, once the mount below it is gone.
+        self.backends.clear();
+    }
+}
+
+/// What `weir-testclient` reported.
+#[derive(Debug, Default, Deserialize)]
+pub struct Probe {
+    pub attempts: u32,
+    pub ok: u32,
+    pub backends: std::collections::BTreeMap<String, u32>,
+    pub errors: std::collections::BTreeMap<String, u32>,
+    pub peer_mismatch: u32,
+    pub max_error_ms: u64,
+}
+
+impl Probe {
+    pub fn parse(out: &Output) -> Result<Self> {
+        let text = String::from_utf8_lossy(&out.stdout);
+        serde_json::from_str(text.trim()).with_context(|| {
+            format!(
+                "weir-testclient output {text:?}, stderr {:?}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })
+    }
+}
+
+/// A network namespace, deleted on drop.
+pub struct Netns {
+    pub name: String,
+}
+
+impl Netns {
+    pub fn create(name: String) -> Result<Self> {
+        run(Command::new("ip").args(["netns", "add", &name]))?;
+        Ok(Self { name })
+    }
+
+    pub fn path(&self) -> String {
+        format!("/run/netns/{}", self.name)
+    }
+
+    /// `nsenter --net`, not `ip netns exec`, which remounts /sys and hides cgroup2.
+    pub fn command(&self, program: &Path) -> Command {
+        let mut c = Command::new("nsenter");
+        c.arg(format!("--net={}", self.path())).arg(program);
+        c
+    }
+
+    pub fn sh(&self, script: &str) -> Result<()> {
+        run(self.command(Path::new("sh")).args(["-c", script]))
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .status();
+    }
+}
+
+/// A child cgroup of the cgroup2 mount; its processes are killed on drop.
+pub struct Cgroup {
+    pub path: PathBuf,
+}
+
+impl Cgroup {
+    pub fn create(path: PathBuf) -> Result<Self> {
+        std::fs::create_dir(&path)
+            .with_context(|| format!("creating cgroup {}", path.display()))?;
+        Ok(Self { path })
+    }
+
+    pub fn kill_all(&self) {
+        for _ in 0..50 {
+            let procs = std::fs::read_to_string(self.path.join("cgroup.procs")).unwrap_or_default();
+            if procs.trim().is_empty() {
+                return;
+            }
+            for pid in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+                // SAFETY: kill has no memory-safety preconditions.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        self.kill_all();
+        for _ in 0..50 {
+            if std::fs::remove_dir(&self.path).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// A private bpffs instance: pins in it vanish with the mount.
+pub struct Bpffs {
+    pub dir: PathBuf,
+}
+
+impl Bpffs {
+    pub fn mount(dir: PathBuf) -> Result<Self> {
+        std::fs::create_dir_all(&dir)?;
+        run(Command::new("mount").args(["-t", "bpf", "bpf"]).arg(&dir))?;
+        Ok(Self { dir })
+    }
+}
+
+impl Drop for Bpffs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.dir).status();
+        if let Some(work) = self.dir.parent() {
+            let _ = std::fs::remove_dir_all(work);
+        }
+    }
+}
+
+pub fn run(cmd: &mut Command) -> Result<()> {
+    let out = cmd.output().with_context(|| format!("starting {cmd:?}"))?;
+    if !out.status.success() {
+        bail!(
+            "{cmd:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,24 @@
+//! `cargo xtask test`: format and lint checks, unit tests, then the privileged
+//! integration tests against the real kernel datapath in throwaway namespaces.
+use anyhow::Result;
+
+use crate::util::{cargo, root, run};
+
+pub fn run(filter: Option<&str>) -> Result<()> {
+    run(cargo().args(["fmt", "--all", "--check"]))?;
+    run(cargo().args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]))?;
+    run(cargo().args(["test", "--workspace", "--exclude", "weir-integration"]))?;
+
+    // Leftovers of an earlier run that was killed before its own cleanup ran.
+    weir_integration::sweep::sweep();
+    run(cargo().args(["build", "-p", "weir-agent", "-p", "weir-integration", "--bins"]))?;
+    let bin = root().join("target/debug");
+    let mut test = cargo();
+    test.args(["test", "-p", "weir-integration", "--", "--test-threads=1"])
+        .env("WEIR_BIN_DIR", &bin);
+    if let Some(f) = filter {
+        test.arg(f);
+    }
+    run(&mut test)
+}
+
