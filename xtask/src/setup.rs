@@ -9,7 +9,7 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
-use crate::util::{cargo, output, run};
+use crate::util::{cargo, exec, output};
 
 /// Debian packages: iproute2/util-linux for namespaces and nsenter, curl and dig
 /// as real clients, dnsmasq as a real DNS backend, bpftool to look at maps and
@@ -68,8 +68,8 @@ fn apt_packages() -> Result<()> {
         return Ok(());
     }
     eprintln!("setup: installing {}", missing.join(" "));
-    run(Command::new("apt-get").args(["update", "-qq"]))?;
-    run(Command::new("apt-get")
+    exec(Command::new("apt-get").args(["update", "-qq"]))?;
+    exec(Command::new("apt-get")
         .args(["install", "-y", "-qq", "--no-install-recommends"])
         .args(&missing)
         .env("DEBIAN_FRONTEND", "noninteractive"))
@@ -89,7 +89,7 @@ fn rust_src(sysroot: &Path) -> Result<()> {
     if sysroot.join("lib/rustlib/src/rust/library/core").exists() {
         return Ok(());
     }
-    run(Command::new("rustup").args(["component", "add", "rust-src", "--toolchain", NIGHTLY]))
+    exec(Command::new("rustup").args(["component", "add", "rust-src", "--toolchain", NIGHTLY]))
 }
 
 /// bpf-linker links the eBPF crate. It has no prebuilt download here, so it is
@@ -119,8 +119,11 @@ fn bpf_linker(sysroot: &Path) -> Result<()> {
     if installed.is_some_and(|v| v.contains(BPF_LINKER_VERSION)) {
         return Ok(());
     }
-    eprintln!("setup: building bpf-linker {BPF_LINKER_VERSION} against {}", llvm.display());
-    run(cargo()
+    eprintln!(
+        "setup: building bpf-linker {BPF_LINKER_VERSION} against {}",
+        llvm.display()
+    );
+    exec(cargo()
         .args([
             "install",
             "bpf-linker",
@@ -146,5 +149,8 @@ fn find_libllvm(sysroot: &Path) -> Result<PathBuf> {
             return Ok(path);
         }
     }
-    bail!("no libLLVM.so.* in {}: is the nightly toolchain complete?", dir.display())
+    bail!(
+        "no libLLVM.so.* in {}: is the nightly toolchain complete?",
+        dir.display()
+    )
 }

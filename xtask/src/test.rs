@@ -2,16 +2,30 @@
 //! integration tests against the real kernel datapath in throwaway namespaces.
 use anyhow::Result;
 
-use crate::util::{cargo, root, run};
+use crate::util::{cargo, exec, root};
 
 pub fn run(filter: Option<&str>) -> Result<()> {
-    run(cargo().args(["fmt", "--all", "--check"]))?;
-    run(cargo().args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]))?;
-    run(cargo().args(["test", "--workspace", "--exclude", "weir-integration"]))?;
+    exec(cargo().args(["fmt", "--all", "--check"]))?;
+    exec(cargo().args([
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
+    exec(cargo().args(["test", "--workspace", "--exclude", "weir-integration"]))?;
 
     // Leftovers of an earlier run that was killed before its own cleanup ran.
     weir_integration::sweep::sweep();
-    run(cargo().args(["build", "-p", "weir-agent", "-p", "weir-integration", "--bins"]))?;
+    exec(cargo().args([
+        "build",
+        "-p",
+        "weir-agent",
+        "-p",
+        "weir-integration",
+        "--bins",
+    ]))?;
     let bin = root().join("target/debug");
     let mut test = cargo();
     test.args(["test", "-p", "weir-integration", "--", "--test-threads=1"])
@@ -19,6 +33,5 @@ pub fn run(filter: Option<&str>) -> Result<()> {
     if let Some(f) = filter {
         test.arg(f);
     }
-    run(&mut test)
+    exec(&mut test)
 }
-

@@ -11,7 +11,7 @@ pub fn root() -> PathBuf {
 }
 
 /// Runs a command from the workspace root, echoing it, and fails if it fails.
-pub fn run(cmd: &mut Command) -> Result<()> {
+pub fn exec(cmd: &mut Command) -> Result<()> {
     eprintln!("+ {}", show(cmd));
     let status = cmd
         .current_dir(root())
