@@ -21,6 +21,9 @@ pub struct Controller<M> {
     failed: BTreeSet<ServiceId>,
     last_error: HashMap<ServiceId, String>,
     synced: bool,
+    /// Map writes until the first full sync: zero after a restart that found
+    /// the maps already right.
+    initial_ops: usize,
 }
 
 impl<M: LbMaps> Controller<M> {
@@ -31,6 +34,7 @@ impl<M: LbMaps> Controller<M> {
             failed: BTreeSet::new(),
             last_error: HashMap::new(),
             synced: false,
+            initial_ops: 0,
         }
     }
 
@@ -86,6 +90,7 @@ impl<M: LbMaps> Controller<M> {
                     info!(
                         services = self.store.service_count(),
                         frontends = self.reconciler.frontend_count(),
+                        map_ops = self.initial_ops,
                         stale_removed = stale - self.reconciler.unclaimed(),
                         "initial sync complete"
                     );

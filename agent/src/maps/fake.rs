@@ -6,6 +6,10 @@ use weir_abi::{Backend4, Service4Key};
 
 use super::{Capacity, LbMaps, MapError, MapName, MapOp, Snapshot};
 
+/// The datapath would fail the call with `ECONNREFUSED`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Refused;
+
 #[derive(Clone, Debug)]
 pub struct FakeMaps {
     pub state: Snapshot,
@@ -33,8 +37,8 @@ impl FakeMaps {
 
     /// What `connect()` to `key`'s frontend would reach with random number
     /// `roll`: `Ok(None)` when the frontend is unknown (no translation),
-    /// `Err(())` when the datapath refuses the connection.
-    pub fn connect(&self, key: Service4Key, roll: u32) -> Result<Option<Backend4>, ()> {
+    /// `Err(Refused)` when the datapath refuses the connection.
+    pub fn connect(&self, key: Service4Key, roll: u32) -> Result<Option<Backend4>, Refused> {
         let master_key = Service4Key { slot: 0, ..key };
         let Some(master) = self.state.services.get(&master_key) else {
             return Ok(None);
@@ -45,19 +49,19 @@ impl FakeMaps {
             master.qcount
         };
         if n == 0 {
-            return Err(());
+            return Err(Refused);
         }
         let slot_key = Service4Key {
             slot: (roll % u32::from(n) + 1) as u16,
             ..key
         };
-        let slot = self.state.services.get(&slot_key).ok_or(())?;
+        let slot = self.state.services.get(&slot_key).ok_or(Refused)?;
         self.state
             .backends
             .get(&slot.backend_id)
             .copied()
             .map(Some)
-            .ok_or(())
+            .ok_or(Refused)
     }
 }
 

@@ -182,10 +182,9 @@ fn is_manifest(path: &Path) -> bool {
 fn diff(before: &BTreeMap<ObjRef, Object>, after: &BTreeMap<ObjRef, Object>) -> Vec<Change> {
     let mut changes = Vec::new();
     for (r, old) in before {
-        if !after.contains_key(r) || matches!(after.get(r), Some(Object::IgnoredSlice)) {
-            if !matches!(old, Object::IgnoredSlice) {
-                changes.push(delete(r));
-            }
+        let gone = matches!(after.get(r), None | Some(Object::IgnoredSlice));
+        if gone && !matches!(old, Object::IgnoredSlice) {
+            changes.push(delete(r));
         }
     }
     for (r, new) in after {

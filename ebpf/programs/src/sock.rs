@@ -72,7 +72,7 @@ fn forward(ctx: &SockAddrContext) -> i32 {
         _pad: [0; 2],
     };
     // SAFETY: values are plain integers; entries are freed only after RCU.
-    let Some(master) = (unsafe { SERVICES4.get(&key) }) else {
+    let Some(master) = (unsafe { SERVICES4.get(key) }) else {
         return SYS_PROCEED;
     };
     let master = *master;
@@ -97,7 +97,7 @@ fn forward(ctx: &SockAddrContext) -> i32 {
     };
     // Losing this entry only costs the reverse translation of getpeername/recvmsg;
     // the connection itself still works, so a failed insert does not refuse it.
-    let _ = REVSOCK4.insert(&rev_key, &rev_val, 0);
+    let _ = REVSOCK4.insert(rev_key, rev_val, 0);
     sa.user_ip4 = pick.addr;
     sa.user_port = u32::from(pick.port);
     SYS_PROCEED
@@ -115,7 +115,7 @@ fn pick_backend(key: &mut Service4Key, master: &Service4Value, roll: u32) -> Opt
     // master again and pick within what it holds now.
     key.slot = 0;
     // SAFETY: as above.
-    let fresh = *unsafe { SERVICES4.get(&*key) }?;
+    let fresh = *unsafe { SERVICES4.get(*key) }?;
     pick_in(key, &fresh, roll)
 }
 
@@ -133,7 +133,7 @@ fn pick_in(key: &mut Service4Key, master: &Service4Value, roll: u32) -> Option<P
     }
     key.slot = (roll % n + 1) as u16;
     // SAFETY: as above.
-    let slot = unsafe { SERVICES4.get(&*key) }?;
+    let slot = unsafe { SERVICES4.get(*key) }?;
     // SAFETY: as above.
     let backend = unsafe { BACKENDS4.get(slot.backend_id) }?;
     Some(Pick {
@@ -155,7 +155,7 @@ fn reverse(ctx: &SockAddrContext) {
         _pad: [0; 2],
     };
     // SAFETY: values are plain integers.
-    let Some(rev) = (unsafe { REVSOCK4.get(&key) }) else {
+    let Some(rev) = (unsafe { REVSOCK4.get(key) }) else {
         return;
     };
     let rev = *rev;
