@@ -135,6 +135,9 @@ fn run(args: RunArgs) -> Result<()> {
         .manifests
         .clone()
         .context("--manifests DIR is required (the API-server source is not built yet)")?;
+    if !dir.is_dir() {
+        anyhow::bail!("--manifests {}: not a directory", dir.display());
+    }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

@@ -122,8 +122,16 @@ impl Datapath {
     }
 }
 
+/// Where bpffs lives by convention; the agent mounts it there if nobody has,
+/// as Cilium does. Any other `--bpffs` location must already be a bpffs mount.
+const BPFFS_DEFAULT_MOUNT: &str = "/sys/fs/bpf";
+
 fn prepare_dirs(pins: &Pins) -> Result<(), LoadError> {
     let root = pins.root();
+    let default_mount = Path::new(BPFFS_DEFAULT_MOUNT);
+    if root.starts_with(default_mount) && !is_bpffs(default_mount) {
+        mount_bpffs(default_mount);
+    }
     let probe = if root.exists() {
         root
     } else {
@@ -139,6 +147,27 @@ fn prepare_dirs(pins: &Pins) -> Result<(), LoadError> {
             .map_err(|source| LoadError::CreateDir { path: dir, source })?;
     }
     Ok(())
+}
+
+fn mount_bpffs(at: &Path) {
+    let Ok(target) = std::ffi::CString::new(at.as_os_str().as_encoded_bytes()) else {
+        return;
+    };
+    // SAFETY: all pointers are NUL-terminated strings that outlive the call.
+    let rc = unsafe {
+        libc::mount(
+            c"bpf".as_ptr(),
+            target.as_ptr(),
+            c"bpf".as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
+    if rc == 0 {
+        info!(path = %at.display(), "mounted bpffs");
+    } else {
+        warn!(path = %at.display(), "cannot mount bpffs: {}", io::Error::last_os_error());
+    }
 }
 
 pub fn is_bpffs(path: &Path) -> bool {
