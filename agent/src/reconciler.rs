@@ -166,6 +166,11 @@ impl<M: LbMaps> Reconciler<M> {
         let mut ops = 0;
         for i in 0..plans.len() {
             if let Err((done, source)) = self.apply_ops(&plans[i].ops) {
+                // The plans after the failed one were never applied: give back
+                // the ids they reserved; roll_back handles the rest.
+                for p in &plans[i + 1..] {
+                    self.release_allocated(p);
+                }
                 return Err(self.roll_back(service, &plans[..=i], done, source));
             }
             ops += plans[i].ops.len();
@@ -262,7 +267,15 @@ impl<M: LbMaps> Reconciler<M> {
             let undo = planner::diff(p.frontend, Some(w), self.images.get(&p.frontend));
             if let Err((_, rollback)) = self.apply_ops(&undo) {
                 warn!(%service, frontend = %p.frontend, "rollback failed; tracking what was written");
+                // `written` is not what the maps hold now: the failed writes
+                // may not have landed and part of the undo did. Read back the
+                // entries either image names; fall back to `written`.
+                let held = self.maps.snapshot().ok();
                 for (p, w) in plans.iter().zip(written) {
+                    let w = match &held {
+                        Some(s) => held_by(s, p.frontend, self.images.get(&p.frontend), &w),
+                        None => w,
+                    };
                     self.adopt_written(service, p, w);
                 }
                 return ReconcileError::RollbackFailed {
@@ -379,6 +392,33 @@ fn sizes(img: &FrontendImage) -> BTreeMap<MapName, u64> {
         (MapName::Backends, img.backends.len() as u64),
         (MapName::RevNat, u64::from(img.rev_nat_id != 0)),
     ])
+}
+
+/// The entries of `fe` that `s` holds under the keys `old` or `written` name.
+fn held_by(
+    s: &crate::maps::Snapshot,
+    fe: Frontend,
+    old: Option<&FrontendImage>,
+    written: &FrontendImage,
+) -> FrontendImage {
+    let mut img = FrontendImage::default();
+    for src in old.into_iter().chain([written]) {
+        for &slot in src.services.keys() {
+            if let Some(v) = s.services.get(&planner::service_key(fe, slot)) {
+                img.services.insert(slot, *v);
+            }
+        }
+        for &id in src.backends.keys() {
+            if let Some(b) = s.backends.get(&id) {
+                img.backends.insert(id, *b);
+            }
+        }
+        if let Some(r) = s.revnat.get(&src.rev_nat_id) {
+            img.rev_nat_id = src.rev_nat_id;
+            img.revnat = *r;
+        }
+    }
+    img
 }
 
 fn apply_to_image(img: &mut FrontendImage, op: &MapOp) {

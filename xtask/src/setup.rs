@@ -69,10 +69,12 @@ fn apt_packages() -> Result<()> {
     }
     eprintln!("setup: installing {}", missing.join(" "));
     exec(Command::new("apt-get").args(["update", "-qq"]))?;
-    exec(Command::new("apt-get")
-        .args(["install", "-y", "-qq", "--no-install-recommends"])
-        .args(&missing)
-        .env("DEBIAN_FRONTEND", "noninteractive"))
+    exec(
+        Command::new("apt-get")
+            .args(["install", "-y", "-qq", "--no-install-recommends"])
+            .args(&missing)
+            .env("DEBIAN_FRONTEND", "noninteractive"),
+    )
     .context("apt-get could not install the packages Weir needs")
 }
 
@@ -123,19 +125,21 @@ fn bpf_linker(sysroot: &Path) -> Result<()> {
         "setup: building bpf-linker {BPF_LINKER_VERSION} against {}",
         llvm.display()
     );
-    exec(cargo()
-        .args([
-            "install",
-            "bpf-linker",
-            "--version",
-            BPF_LINKER_VERSION,
-            "--locked",
-            "--force",
-            "--no-default-features",
-            "--features",
-            "llvm-22",
-        ])
-        .env("LLVM_PREFIX", &prefix))
+    exec(
+        cargo()
+            .args([
+                "install",
+                "bpf-linker",
+                "--version",
+                BPF_LINKER_VERSION,
+                "--locked",
+                "--force",
+                "--no-default-features",
+                "--features",
+                "llvm-22",
+            ])
+            .env("LLVM_PREFIX", &prefix),
+    )
     .context("building bpf-linker failed")
 }
 

@@ -105,3 +105,6 @@ fn protocol(
         )
     })
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,1 +1,482 @@
+//! Reconciler tests over in-memory maps: capacity, rollback, ownership, restore.
+use std::{cell::RefCell, net::Ipv4Addr, rc::Rc};
 
+use super::*;
+use crate::{
+    maps::{Capacity, Snapshot, dump, fake::FakeMaps},
+    model::{Backend, BackendState, Protocol},
+    planner::service_key,
+};
+
+/// Fake maps the test keeps a handle on while the reconciler owns them.
+#[derive(Clone)]
+struct Shared(Rc<RefCell<FakeMaps>>, Rc<RefCell<Vec<usize>>>);
+
+impl Shared {
+    fn new(capacity: Capacity) -> Self {
+        Self::wrap(FakeMaps::new(capacity))
+    }
+
+    fn wrap(maps: FakeMaps) -> Self {
+        Self(Rc::new(RefCell::new(maps)), Rc::default())
+    }
+
+    /// An independent copy of the maps, as a restarted agent finds them.
+    fn deep_clone(&self) -> Self {
+        Self::wrap(self.0.borrow().clone())
+    }
+
+    /// After the next injected failure, fail again after `n` more writes.
+    fn then_fail_after(&self, n: usize) {
+        self.1.borrow_mut().push(n);
+    }
+
+    fn state(&self) -> Snapshot {
+        self.0.borrow().state.clone()
+    }
+
+    fn writes(&self) -> usize {
+        self.0.borrow().log.len()
+    }
+
+    fn fail_after(&self, n: usize) {
+        self.0.borrow_mut().fail_after(n);
+    }
+}
+
+impl LbMaps for Shared {
+    fn apply(&mut self, op: &MapOp) -> Result<(), MapError> {
+        let mut maps = self.0.borrow_mut();
+        let res = maps.apply(op);
+        if res.is_err() && !self.1.borrow().is_empty() {
+            maps.fail_after(self.1.borrow_mut().remove(0));
+        }
+        res
+    }
+
+    fn snapshot(&self) -> Result<Snapshot, MapError> {
+        self.0.borrow().snapshot()
+    }
+
+    fn capacity(&self) -> Capacity {
+        self.0.borrow().capacity()
+    }
+}
+
+const ROOMY: Capacity = Capacity {
+    services: 1024,
+    backends: 1024,
+    revnat: 1024,
+};
+
+fn new(capacity: Capacity) -> (Reconciler<Shared>, Shared) {
+    let maps = Shared::new(capacity);
+    let rec = Reconciler::restore(maps.clone()).expect("empty maps restore");
+    (rec, maps)
+}
+
+fn id(name: &str) -> ServiceId {
+    ServiceId::new("default", name)
+}
+
+fn fe(last: u8, port: u16) -> Frontend {
+    Frontend {
+        addr: Ipv4Addr::new(10, 96, 0, last),
+        port,
+        proto: Protocol::Tcp,
+    }
+}
+
+/// A frontend with active backends `10.net.0.host:8080`.
+fn want(frontend: Frontend, net: u8, hosts: &[u8]) -> DesiredFrontend {
+    DesiredFrontend {
+        frontend,
+        backends: hosts
+            .iter()
+            .map(|&h| Backend {
+                addr: Ipv4Addr::new(10, net, 0, h),
+                port: 8080,
+                state: BackendState::Active,
+            })
+            .collect(),
+    }
+}
+
+/// The entries the frontends `fes` reach in `s`.
+fn entries_of(s: &Snapshot, fes: &[Frontend]) -> Snapshot {
+    let mut out = Snapshot::default();
+    for &f in fes {
+        let Some(master) = s.services.get(&service_key(f, 0)) else {
+            continue;
+        };
+        out.services.insert(service_key(f, 0), *master);
+        if let Some(r) = s.revnat.get(&master.rev_nat_id) {
+            out.revnat.insert(master.rev_nat_id, *r);
+        }
+        let slots = u16::try_from(u32::from(master.count) + u32::from(master.qcount)).unwrap();
+        for slot in 1..=slots {
+            let v = s.services[&service_key(f, slot)];
+            out.services.insert(service_key(f, slot), v);
+            out.backends.insert(v.backend_id, s.backends[&v.backend_id]);
+        }
+    }
+    out
+}
+
+fn assert_same(before: &Snapshot, after: &Snapshot, what: &str) {
+    assert!(
+        before == after,
+        "{what}\n--- before\n{}--- after\n{}",
+        dump::render(before),
+        dump::render(after)
+    );
+}
+
+#[test]
+fn map_full_names_the_service_and_map_and_writes_nothing() {
+    for (map, capacity) in [
+        (
+            MapName::Services,
+            Capacity {
+                services: 6,
+                ..ROOMY
+            },
+        ),
+        (
+            MapName::Backends,
+            Capacity {
+                backends: 4,
+                ..ROOMY
+            },
+        ),
+        (MapName::RevNat, Capacity { revnat: 1, ..ROOMY }),
+    ] {
+        let (mut rec, maps) = new(capacity);
+        // a: 4 service entries, 3 backends, 1 rev-NAT.
+        assert_eq!(
+            rec.sync_service(&id("a"), &[want(fe(1, 80), 0, &[1, 2, 3])])
+                .unwrap(),
+            8
+        );
+        let before = maps.state();
+        let writes = maps.writes();
+
+        // b needs 3 more service entries, 2 backends and 1 rev-NAT.
+        let err = rec
+            .sync_service(&id("b"), &[want(fe(2, 80), 1, &[1, 2])])
+            .unwrap_err();
+        let (used, needed) = match map {
+            MapName::Services => (4, 3),
+            MapName::Backends => (3, 2),
+            MapName::RevNat => (1, 1),
+        };
+        match &err {
+            ReconcileError::MapFull {
+                service,
+                map: m,
+                used: u,
+                capacity: c,
+                needed: n,
+            } => {
+                assert_eq!(service, &id("b"));
+                assert_eq!((*m, *u, *n), (map, used, needed));
+                assert_eq!(*c, capacity.of(map));
+            }
+            other => panic!("{map}: expected MapFull, got {other:?}"),
+        }
+        let msg = err.to_string();
+        assert!(
+            msg.contains("default/b") && msg.contains(map.pin_name()),
+            "{msg}"
+        );
+        assert!(err.is_transient());
+        assert_eq!(maps.writes(), writes, "{map}: b wrote something");
+        assert_same(&before, &maps.state(), "a changed");
+        assert_eq!(rec.frontend_count(), 1);
+
+        // a may not outgrow the map either, and keeps what it had (growing
+        // never needs another rev-NAT entry).
+        if map != MapName::RevNat {
+            let err = rec
+                .sync_service(&id("a"), &[want(fe(1, 80), 0, &[1, 2, 3, 4, 5, 6])])
+                .unwrap_err();
+            assert!(matches!(err, ReconcileError::MapFull { service, .. } if service == id("a")));
+            assert_same(&before, &maps.state(), "a changed by its own failed update");
+        }
+    }
+}
+
+#[test]
+fn map_full_gives_back_the_ids_it_reserved() {
+    let (mut rec, maps) = new(Capacity {
+        services: 6,
+        ..ROOMY
+    });
+    rec.sync_service(&id("a"), &[want(fe(1, 80), 0, &[1, 2, 3])])
+        .unwrap();
+    rec.sync_service(&id("b"), &[want(fe(2, 80), 1, &[1, 2])])
+        .unwrap_err();
+    // c fits (4 + 2) and gets the ids b would have had.
+    rec.sync_service(&id("c"), &[want(fe(3, 80), 2, &[1])])
+        .unwrap();
+    let s = maps.state();
+    assert_eq!(s.backends.keys().copied().collect::<Vec<_>>(), [1, 2, 3, 4]);
+    assert_eq!(s.revnat.keys().copied().collect::<Vec<_>>(), [1, 2]);
+    assert_eq!(s.services[&service_key(fe(3, 80), 1)].backend_id, 4);
+}
+
+#[test]
+fn too_many_backends_is_rejected_before_planning() {
+    let (mut rec, maps) = new(ROOMY);
+    let mut d = want(fe(1, 80), 0, &[]);
+    d.backends = (0..=u32::from(u16::MAX))
+        .map(|i| Backend {
+            addr: Ipv4Addr::from(0x0a00_0000 + i),
+            port: 80,
+            state: BackendState::Active,
+        })
+        .collect();
+    let err = rec.sync_service(&id("a"), &[d]).unwrap_err();
+    assert!(
+        matches!(err, ReconcileError::TooManyBackends { count: 65_536, .. }),
+        "{err:?}"
+    );
+    assert!(!err.is_transient());
+    assert_eq!(maps.writes(), 0);
+}
+
+/// `web` before and after an update that touches every kind of entry: port 80
+/// loses a backend and gains two, port 443 goes away, port 8443 is new.
+fn web_v1() -> Vec<DesiredFrontend> {
+    vec![
+        want(fe(10, 80), 0, &[1, 2, 3]),
+        want(fe(10, 443), 0, &[1, 2, 3]),
+    ]
+}
+
+fn web_v2() -> Vec<DesiredFrontend> {
+    vec![
+        want(fe(10, 80), 0, &[1, 3, 4, 5]),
+        want(fe(10, 8443), 0, &[6, 7]),
+    ]
+}
+
+/// Another service, synced first, that nothing may disturb.
+fn setup() -> (Reconciler<Shared>, Shared) {
+    let (mut rec, maps) = new(ROOMY);
+    rec.sync_service(&id("other"), &[want(fe(20, 53), 9, &[1, 2])])
+        .unwrap();
+    rec.sync_service(&id("web"), &web_v1()).unwrap();
+    (rec, maps)
+}
+
+#[test]
+fn a_failed_write_rolls_the_update_back_exactly() {
+    let (mut reference, ref_maps) = setup();
+    let ops = reference.sync_service(&id("web"), &web_v2()).unwrap();
+    assert!(
+        ops > 15,
+        "the update should be long enough to fail inside: {ops}"
+    );
+    let expected = ref_maps.state();
+
+    for n in 0..ops {
+        let (mut rec, maps) = setup();
+        let before = maps.state();
+        maps.fail_after(n);
+        let err = rec.sync_service(&id("web"), &web_v2()).unwrap_err();
+        match &err {
+            ReconcileError::Map {
+                service,
+                source: MapError::Write { .. },
+            } => assert_eq!(service, &id("web")),
+            other => panic!("failing write {n}: expected Map, got {other:?}"),
+        }
+        assert!(err.to_string().contains("rolled back"), "{err}");
+        assert_same(&before, &maps.state(), &format!("write {n} failed"));
+
+        // Nothing leaked: the retry ends exactly where an unbroken sync does.
+        let retried = rec.sync_service(&id("web"), &web_v2()).unwrap();
+        assert_eq!(retried, ops, "write {n} failed");
+        assert_same(
+            &expected,
+            &maps.state(),
+            &format!("retry after write {n} failed"),
+        );
+    }
+}
+
+#[test]
+fn a_failed_rollback_is_repaired_by_the_next_sync() {
+    let (mut reference, ref_maps) = setup();
+    let ops = reference.sync_service(&id("web"), &web_v2()).unwrap();
+    let expected = ref_maps.state();
+    let mut rollback_failures = 0;
+    for n in 0..ops {
+        for r in 0.. {
+            let (mut rec, maps) = setup();
+            maps.fail_after(n);
+            maps.then_fail_after(r);
+            let err = rec.sync_service(&id("web"), &web_v2()).unwrap_err();
+            if matches!(err, ReconcileError::Map { .. }) {
+                break; // r was past the end of the rollback
+            }
+            assert!(
+                matches!(err, ReconcileError::RollbackFailed { .. }),
+                "{err:?}"
+            );
+            rollback_failures += 1;
+            let ctx = format!("write {n} failed, then rollback write {r}");
+            rec.sync_service(&id("web"), &web_v2())
+                .unwrap_or_else(|e| panic!("{ctx}: {e}"));
+            assert_same(&expected, &maps.state(), &ctx);
+        }
+    }
+    assert!(rollback_failures > ops, "{rollback_failures}");
+}
+
+#[test]
+fn a_failed_write_while_creating_leaves_no_trace() {
+    let (mut reference, ref_maps) = new(ROOMY);
+    let ops = reference.sync_service(&id("web"), &web_v1()).unwrap();
+    let expected = ref_maps.state();
+    for n in 0..ops {
+        let (mut rec, maps) = new(ROOMY);
+        maps.fail_after(n);
+        let err = rec.sync_service(&id("web"), &web_v1()).unwrap_err();
+        assert!(matches!(err, ReconcileError::Map { .. }), "{err:?}");
+        assert_same(
+            &Snapshot::default(),
+            &maps.state(),
+            &format!("write {n} failed"),
+        );
+        assert_eq!(rec.frontend_count(), 0);
+        rec.sync_service(&id("web"), &web_v1()).unwrap();
+        assert_same(
+            &expected,
+            &maps.state(),
+            &format!("retry after write {n} failed"),
+        );
+    }
+}
+
+#[test]
+fn a_frontend_belongs_to_one_service() {
+    let (mut rec, maps) = new(ROOMY);
+    rec.sync_service(&id("a"), &[want(fe(1, 80), 0, &[1, 2])])
+        .unwrap();
+    let before = maps.state();
+    let writes = maps.writes();
+
+    let claim = [want(fe(2, 80), 1, &[1]), want(fe(1, 80), 1, &[7])];
+    let err = rec.sync_service(&id("b"), &claim).unwrap_err();
+    match &err {
+        ReconcileError::FrontendConflict {
+            service,
+            frontend,
+            owner,
+        } => {
+            assert_eq!((service, frontend, owner), (&id("b"), &fe(1, 80), &id("a")));
+        }
+        other => panic!("expected FrontendConflict, got {other:?}"),
+    }
+    assert_eq!(maps.writes(), writes, "b wrote something");
+    assert_same(&before, &maps.state(), "a changed");
+
+    // The same VIP and port over another protocol is another frontend.
+    let udp = Frontend {
+        proto: Protocol::Udp,
+        ..fe(1, 80)
+    };
+    rec.sync_service(&id("b"), &[want(udp, 1, &[1])]).unwrap();
+    // Once a lets go, b may take it.
+    rec.sync_service(&id("a"), &[]).unwrap();
+    rec.sync_service(&id("b"), &[want(udp, 1, &[1]), want(fe(1, 80), 1, &[7])])
+        .unwrap();
+    let m = maps.state().services[&service_key(fe(1, 80), 0)];
+    assert_eq!(m.count, 1);
+}
+
+#[test]
+fn restore_adopts_claimed_frontends_and_prunes_the_rest() {
+    let (mut rec, maps) = new(ROOMY);
+    let a = [want(fe(1, 80), 0, &[1, 2, 3])];
+    let b = [want(fe(2, 80), 1, &[1, 2]), want(fe(2, 443), 1, &[1, 2])];
+    rec.sync_service(&id("a"), &a).unwrap();
+    rec.sync_service(&id("b"), &b).unwrap();
+    let before = maps.state();
+    let b_ids: Vec<u32> = before
+        .backends
+        .keys()
+        .copied()
+        .filter(|id| !entries_of(&before, &[fe(1, 80)]).backends.contains_key(id))
+        .collect();
+    assert_eq!(b_ids, [4, 5, 6, 7]);
+
+    // A restart: a new reconciler over the same maps, plus one stray entry.
+    let restarted = maps.deep_clone();
+    restarted
+        .0
+        .borrow_mut()
+        .state
+        .backends
+        .insert(99, before.backends[&1]);
+    let mut rec = Reconciler::restore(restarted.clone()).unwrap();
+    assert_same(
+        &before,
+        &restarted.state(),
+        "restore must only drop the stray entry",
+    );
+    assert_eq!((rec.unclaimed(), rec.frontend_count()), (3, 3));
+
+    let writes = restarted.writes();
+    assert_eq!(rec.sync_service(&id("a"), &a).unwrap(), 0);
+    assert_eq!(restarted.writes(), writes, "re-syncing a wrote something");
+    assert_eq!(rec.unclaimed(), 2);
+
+    assert!(rec.prune_unclaimed().is_empty());
+    assert_eq!((rec.unclaimed(), rec.frontend_count()), (0, 1));
+    let after = restarted.state();
+    assert_same(
+        &entries_of(&before, &[fe(1, 80)]),
+        &after,
+        "only a may remain",
+    );
+
+    // b's ids are free again: c gets them, lowest first.
+    rec.sync_service(&id("c"), &[want(fe(3, 80), 2, &[1, 2, 3, 4])])
+        .unwrap();
+    let s = restarted.state();
+    let c = entries_of(&s, &[fe(3, 80)]);
+    assert_eq!(c.backends.keys().copied().collect::<Vec<_>>(), b_ids);
+    assert_eq!(c.revnat.keys().copied().collect::<Vec<_>>(), [2]);
+    // The original maps were never touched by the restarted agent.
+    assert_same(&before, &maps.state(), "the clone leaked into the original");
+}
+
+#[test]
+fn deleting_a_service_removes_every_entry_it_had() {
+    let (mut rec, maps) = new(ROOMY);
+    let a_fes = [fe(1, 80), fe(1, 443)];
+    let a = [want(a_fes[0], 0, &[1, 2, 3]), want(a_fes[1], 0, &[4])];
+    rec.sync_service(&id("a"), &a).unwrap();
+    rec.sync_service(&id("b"), &[want(fe(2, 80), 1, &[1, 2])])
+        .unwrap();
+    let before = maps.state();
+    let a_entries = entries_of(&before, &a_fes);
+    let a_count = a_entries.services.len() + a_entries.backends.len() + a_entries.revnat.len();
+
+    let ops = rec.sync_service(&id("a"), &[]).unwrap();
+    assert_eq!(ops, a_count, "one delete per entry");
+    assert_same(
+        &entries_of(&before, &[fe(2, 80)]),
+        &maps.state(),
+        "all of a and nothing of b must go",
+    );
+    assert_eq!(rec.frontend_count(), 1);
+    // Deleting again is a no-op, and b can still be deleted cleanly.
+    assert_eq!(rec.sync_service(&id("a"), &[]).unwrap(), 0);
+    rec.sync_service(&id("b"), &[]).unwrap();
+    assert_same(&Snapshot::default(), &maps.state(), "maps not empty");
+    assert_eq!(rec.frontend_count(), 0);
+}

@@ -78,7 +78,10 @@ fn connections_survive_sigkill_and_restarts_under_load() -> Result<()> {
 
 /// The last "initial sync complete" line's `key=value` field.
 fn last_sync_field(log: &str, key: &str) -> Option<u64> {
-    let line = log.lines().rev().find(|l| l.contains("initial sync complete"))?;
+    let line = log
+        .lines()
+        .rev()
+        .find(|l| l.contains("initial sync complete"))?;
     let v = line.split(&format!("{key}=")).nth(1)?;
     v.split_whitespace().next()?.parse().ok()
 }
@@ -86,46 +89,101 @@ fn last_sync_field(log: &str, key: &str) -> Option<u64> {
 #[test]
 fn a_restart_rewrites_only_what_changed_while_the_agent_was_down() -> Result<()> {
     let topo = Topology::new(3)?;
-    let (be1, be2, be3) = (topo.backend("be1").ip, topo.backend("be2").ip, topo.backend("be3").ip);
+    let (be1, be2, be3) = (
+        topo.backend("be1").ip,
+        topo.backend("be2").ip,
+        topo.backend("be3").ip,
+    );
     for (name, ip) in [("a", "10.96.0.1"), ("b", "10.96.0.2"), ("c", "10.96.0.3")] {
         topo.write_manifest(&format!("{name}.yaml"), &manifest::service(name, ip))?;
         let eps = [(be1, manifest::READY), (be2, manifest::READY)];
-        topo.write_manifest(&format!("{name}-slice.yaml"), &manifest::slice(&format!("{name}-1"), name, &eps))?;
+        topo.write_manifest(
+            &format!("{name}-slice.yaml"),
+            &manifest::slice(&format!("{name}-1"), name, &eps),
+        )?;
     }
     let mut agent = Agent::start(&topo, &[])?;
 
     // Unchanged input: the restarted agent writes nothing.
     agent.restart()?;
-    assert_eq!(last_sync_field(&agent.log_text(), "map_ops"), Some(0), "{}", agent.log_text());
+    assert_eq!(
+        last_sync_field(&agent.log_text(), "map_ops"),
+        Some(0),
+        "{}",
+        agent.log_text()
+    );
 
     // While it is down, b is deleted and c gains a backend.
     agent.stop(libc::SIGTERM)?;
     topo.remove_manifest("b.yaml")?;
-    let eps = [(be1, manifest::READY), (be2, manifest::READY), (be3, manifest::READY)];
+    let eps = [
+        (be1, manifest::READY),
+        (be2, manifest::READY),
+        (be3, manifest::READY),
+    ];
     topo.write_manifest("c-slice.yaml", &manifest::slice("c-1", "c", &eps))?;
     let a_before = weir_integration::agent::inspect(&topo.pin_dir())?;
     let mut agent = Agent::start(&topo, &[])?;
     let log = agent.log_text();
-    assert_eq!(last_sync_field(&log, "stale_removed"), Some(2), "b's two frontends: {log}");
+    assert_eq!(
+        last_sync_field(&log, "stale_removed"),
+        Some(2),
+        "b's two frontends: {log}"
+    );
     let views = agent.inspect()?;
     let fe = |v: &[weir_integration::ServiceView], ip: &str| {
-        v.iter().filter(|s| s.vip.to_string() == ip).cloned().collect::<Vec<_>>()
+        v.iter()
+            .filter(|s| s.vip.to_string() == ip)
+            .cloned()
+            .collect::<Vec<_>>()
     };
     assert_eq!(fe(&views, "10.96.0.1"), fe(&a_before, "10.96.0.1"));
     assert!(fe(&views, "10.96.0.2").is_empty(), "{views:#?}");
-    assert!(fe(&views, "10.96.0.3").iter().all(|s| s.backends.len() == 3), "{views:#?}");
-    assert_eq!(topo.probe("tcp", "10.96.0.2:80", 1)?.errors.get("ENETUNREACH"), Some(&1));
+    assert!(
+        fe(&views, "10.96.0.3")
+            .iter()
+            .all(|s| s.backends.len() == 3),
+        "{views:#?}"
+    );
+    assert_eq!(
+        topo.probe("tcp", "10.96.0.2:80", 1)?
+            .errors
+            .get("ENETUNREACH"),
+        Some(&1)
+    );
     assert_eq!(topo.probe("tcp", "10.96.0.3:80", 150)?.backends.len(), 3);
 
     // cleanup detaches everything and removes every pin: the VIPs are plain
     // unroutable addresses again.
     agent.stop(libc::SIGTERM)?;
-    let out = Command::new(bin("weir-agent")).args(["cleanup", "--bpffs"]).arg(topo.pin_dir()).output()?;
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "detached 4 links, removed 8 pins");
+    let out = Command::new(bin("weir-agent"))
+        .args(["cleanup", "--bpffs"])
+        .arg(topo.pin_dir())
+        .output()?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "detached 4 links, removed 8 pins"
+    );
     assert!(!topo.pin_dir().exists(), "pins left behind");
-    assert_eq!(topo.probe("tcp", "10.96.0.1:80", 1)?.errors.get("ENETUNREACH"), Some(&1));
-    let cg_progs = Command::new("bpftool").args(["cgroup", "show"]).arg(&topo.cgroup.path).output()?;
-    assert!(String::from_utf8_lossy(&cg_progs.stdout).trim().is_empty(), "programs still attached: {}", String::from_utf8_lossy(&cg_progs.stdout));
+    assert_eq!(
+        topo.probe("tcp", "10.96.0.1:80", 1)?
+            .errors
+            .get("ENETUNREACH"),
+        Some(&1)
+    );
+    let cg_progs = Command::new("bpftool")
+        .args(["cgroup", "show"])
+        .arg(&topo.cgroup.path)
+        .output()?;
+    assert!(
+        String::from_utf8_lossy(&cg_progs.stdout).trim().is_empty(),
+        "programs still attached: {}",
+        String::from_utf8_lossy(&cg_progs.stdout)
+    );
     Ok(())
 }

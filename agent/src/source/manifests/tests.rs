@@ -1,1 +1,371 @@
+//! Manifest directory tests on a real temporary directory.
+use std::{
+    net::Ipv4Addr,
+    path::PathBuf,
+    sync::atomic::{AtomicUsize, Ordering},
+};
 
+use super::*;
+use crate::model::{EndpointSpec, Protocol, ServicePortSpec, SlicePortSpec};
+
+/// A fresh directory under the system temp dir, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> Self {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let n = N.fetch_add(1, Ordering::SeqCst);
+        let dir =
+            std::env::temp_dir().join(format!("weir-manifests-{}-{n}-{tag}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create temp dir");
+        Self(dir)
+    }
+
+    /// Writes a new file and renames it over `name`, so the inode changes as
+    /// with an editor's atomic save.
+    fn write(&self, name: &str, text: &str) {
+        let tmp = self.0.join(format!(".tmp-{name}"));
+        std::fs::write(&tmp, text).expect("write temp file");
+        std::fs::rename(&tmp, self.0.join(name)).expect("rename over");
+    }
+
+    fn remove(&self, name: &str) {
+        std::fs::remove_file(self.0.join(name)).expect("remove file");
+    }
+
+    fn scan(&self, md: &mut ManifestDir) -> Vec<Change> {
+        md.scan().expect("scan")
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn svc_yaml(name: &str, ip: &str, port: i64, proto: &str) -> String {
+    format!(
+        "apiVersion: v1
+kind: Service
+metadata:
+  name: {name}
+  namespace: default
+spec:
+  clusterIP: \"{ip}\"
+  ports:
+  - name: http
+    port: {port}
+    protocol: {proto}
+"
+    )
+}
+
+fn svc(name: &str, ip: [u8; 4], port: u16) -> ServiceSpec {
+    ServiceSpec {
+        id: ServiceId::new("default", name),
+        cluster_ips: vec![Ipv4Addr::from(ip)],
+        ports: vec![ServicePortSpec {
+            name: "http".into(),
+            port,
+            proto: Protocol::Tcp,
+        }],
+    }
+}
+
+fn slice_yaml(name: &str, service: &str, address_type: &str, endpoints: &str) -> String {
+    format!(
+        "apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: {name}
+  labels:
+    kubernetes.io/service-name: {service}
+addressType: {address_type}
+ports:
+- name: http
+  port: 8080
+endpoints:
+{endpoints}"
+    )
+}
+
+fn slice(name: &str, service: &str, endpoints: Vec<EndpointSpec>) -> SliceSpec {
+    SliceSpec {
+        id: SliceId {
+            namespace: "default".into(),
+            name: name.into(),
+        },
+        service: ServiceId::new("default", service),
+        ports: vec![SlicePortSpec {
+            name: "http".into(),
+            port: 8080,
+            proto: Protocol::Tcp,
+        }],
+        endpoints,
+    }
+}
+
+fn ready(addr: [u8; 4]) -> EndpointSpec {
+    EndpointSpec {
+        addrs: vec![Ipv4Addr::from(addr)],
+        ready: true,
+        serving: true,
+        terminating: false,
+    }
+}
+
+const NONE: [Change; 0] = [];
+
+fn del_svc(name: &str) -> Change {
+    Change::DeleteService(ServiceId::new("default", name))
+}
+
+fn del_slice(name: &str) -> Change {
+    Change::DeleteSlice(SliceId {
+        namespace: "default".into(),
+        name: name.into(),
+    })
+}
+
+#[test]
+fn reads_multi_document_yaml_lists_and_json() {
+    let d = TempDir::new("formats");
+    let one_ep = "- addresses: [\"10.0.0.1\"]\n";
+    d.write(
+        "a.yaml",
+        &format!(
+            "{}---\n{}---\n",
+            svc_yaml("a", "10.96.0.1", 80, "TCP"),
+            slice_yaml("a-1", "a", "IPv4", one_ep)
+        ),
+    );
+    let items = |s: &str| {
+        s.lines()
+            .map(|l| format!("    {l}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+            .replacen("    ", "  - ", 1)
+    };
+    d.write(
+        "b.yml",
+        &format!(
+            "apiVersion: v1\nkind: List\nitems:\n{}\n{}\n",
+            items(&svc_yaml("b", "10.96.0.2", 80, "TCP")),
+            items(&svc_yaml("c", "10.96.0.3", 80, "TCP"))
+        ),
+    );
+    d.write(
+        "d.json",
+        r#"{"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "d"},
+            "spec": {"clusterIP": "10.96.0.4", "ports": [{"name": "http", "port": 80}]}}"#,
+    );
+    let mut md = ManifestDir::new(&d.0);
+    assert_eq!(
+        d.scan(&mut md),
+        [
+            Change::UpsertService(svc("a", [10, 96, 0, 1], 80)),
+            Change::UpsertService(svc("b", [10, 96, 0, 2], 80)),
+            Change::UpsertService(svc("c", [10, 96, 0, 3], 80)),
+            Change::UpsertService(svc("d", [10, 96, 0, 4], 80)),
+            Change::UpsertSlice(slice("a-1", "a", vec![ready([10, 0, 0, 1])])),
+        ]
+    );
+    assert_eq!(d.scan(&mut md), NONE, "nothing changed");
+}
+
+#[test]
+fn ignores_dotfiles_other_extensions_and_directories() {
+    let d = TempDir::new("ignored");
+    let s = svc_yaml("x", "10.96.0.1", 80, "TCP");
+    for name in [
+        ".hidden.yaml",
+        "notes.txt",
+        "svc.yaml.bak",
+        "README",
+        "yaml",
+    ] {
+        d.write(name, &s);
+    }
+    std::fs::create_dir(d.0.join("sub.yaml")).unwrap();
+    let mut md = ManifestDir::new(&d.0);
+    assert_eq!(d.scan(&mut md), NONE);
+    d.write("real.yaml", &s);
+    assert_eq!(
+        d.scan(&mut md),
+        [Change::UpsertService(svc("x", [10, 96, 0, 1], 80))]
+    );
+}
+
+#[test]
+fn removing_a_file_deletes_its_objects() {
+    let d = TempDir::new("remove");
+    let ep = "- addresses: [\"10.0.0.1\"]\n";
+    d.write(
+        "a.yaml",
+        &format!(
+            "{}---\n{}",
+            svc_yaml("a", "10.96.0.1", 80, "TCP"),
+            slice_yaml("a-1", "a", "IPv4", ep)
+        ),
+    );
+    d.write("b.yaml", &svc_yaml("b", "10.96.0.2", 80, "TCP"));
+    let mut md = ManifestDir::new(&d.0);
+    assert_eq!(d.scan(&mut md).len(), 3);
+    d.remove("a.yaml");
+    assert_eq!(d.scan(&mut md), [del_svc("a"), del_slice("a-1")]);
+    assert_eq!(d.scan(&mut md), NONE);
+}
+
+#[test]
+fn the_first_file_in_name_order_wins_and_the_next_takes_over() {
+    let d = TempDir::new("dup");
+    d.write("1.yaml", &svc_yaml("a", "10.96.0.1", 80, "TCP"));
+    d.write("2.yaml", &svc_yaml("a", "10.96.0.1", 81, "TCP"));
+    let mut md = ManifestDir::new(&d.0);
+    assert_eq!(
+        d.scan(&mut md),
+        [Change::UpsertService(svc("a", [10, 96, 0, 1], 80))]
+    );
+    d.remove("1.yaml");
+    assert_eq!(
+        d.scan(&mut md),
+        [Change::UpsertService(svc("a", [10, 96, 0, 1], 81))]
+    );
+}
+
+#[test]
+fn a_file_that_does_not_parse_keeps_its_objects() {
+    let d = TempDir::new("unparsable");
+    d.write("a.yaml", &svc_yaml("a", "10.96.0.1", 80, "TCP"));
+    // YAML in a .json file is not JSON: it never loads.
+    d.write("b.json", &svc_yaml("b", "10.96.0.2", 80, "TCP"));
+    let mut md = ManifestDir::new(&d.0);
+    assert_eq!(
+        d.scan(&mut md),
+        [Change::UpsertService(svc("a", [10, 96, 0, 1], 80))]
+    );
+
+    d.write("a.yaml", "kind: [unclosed\n  metadata: {\n");
+    assert_eq!(d.scan(&mut md), NONE, "a broken file must not withdraw a");
+
+    // Fixed again: only the real difference shows.
+    d.write("a.yaml", &svc_yaml("a", "10.96.0.1", 8080, "TCP"));
+    assert_eq!(
+        d.scan(&mut md),
+        [Change::UpsertService(svc("a", [10, 96, 0, 1], 8080))]
+    );
+    d.write("a.yaml", "{{{ not yaml");
+    assert_eq!(d.scan(&mut md), NONE);
+    // It was still there all along.
+    d.remove("a.yaml");
+    assert_eq!(d.scan(&mut md), [del_svc("a")]);
+}
+
+#[test]
+fn invalid_services_are_rejected_and_the_rest_of_the_file_loads() {
+    let d = TempDir::new("invalid");
+    let docs = [
+        svc_yaml("bad-ip", "10.96.0.999", 80, "TCP"),
+        svc_yaml("port-zero", "10.96.0.2", 0, "TCP"),
+        svc_yaml("port-big", "10.96.0.3", 70000, "TCP"),
+        svc_yaml("bad-proto", "10.96.0.4", 80, "FOO"),
+        svc_yaml("good", "10.96.0.5", 80, "TCP"),
+        // No name: nothing to key it by.
+        svc_yaml("x", "10.96.0.6", 80, "TCP").replace("  name: x\n", ""),
+    ];
+    d.write("all.yaml", &docs.join("---\n"));
+    let mut md = ManifestDir::new(&d.0);
+    assert_eq!(
+        d.scan(&mut md),
+        [Change::UpsertService(svc("good", [10, 96, 0, 5], 80))]
+    );
+}
+
+#[test]
+fn an_invalid_update_keeps_the_previous_version() {
+    let d = TempDir::new("invalid-update");
+    let write = |a_port: i64, b_port: i64| {
+        d.write(
+            "a.yaml",
+            &format!(
+                "{}---\n{}",
+                svc_yaml("a", "10.96.0.1", a_port, "TCP"),
+                svc_yaml("b", "10.96.0.2", b_port, "TCP")
+            ),
+        );
+    };
+    write(80, 80);
+    let mut md = ManifestDir::new(&d.0);
+    assert_eq!(d.scan(&mut md).len(), 2);
+
+    write(0, 81);
+    assert_eq!(
+        d.scan(&mut md),
+        [Change::UpsertService(svc("b", [10, 96, 0, 2], 81))],
+        "a is invalid now and keeps port 80; b changes"
+    );
+    // Still invalid on the next edit: still kept.
+    write(70000, 82);
+    assert_eq!(
+        d.scan(&mut md),
+        [Change::UpsertService(svc("b", [10, 96, 0, 2], 82))]
+    );
+    write(90, 82);
+    assert_eq!(
+        d.scan(&mut md),
+        [Change::UpsertService(svc("a", [10, 96, 0, 1], 90))]
+    );
+}
+
+#[test]
+fn fqdn_slices_are_skipped_and_withdraw_what_they_replace() {
+    let d = TempDir::new("fqdn");
+    let fqdn = slice_yaml("a-1", "a", "FQDN", "- addresses: [\"db.example.com\"]\n");
+    d.write("f.yaml", &fqdn);
+    let mut md = ManifestDir::new(&d.0);
+    assert_eq!(d.scan(&mut md), NONE);
+    d.remove("f.yaml");
+    assert_eq!(d.scan(&mut md), NONE, "an ignored slice was never there");
+
+    let ipv4 = slice_yaml("a-1", "a", "IPv4", "- addresses: [\"10.0.0.1\"]\n");
+    d.write("s.yaml", &ipv4);
+    assert_eq!(
+        d.scan(&mut md),
+        [Change::UpsertSlice(slice(
+            "a-1",
+            "a",
+            vec![ready([10, 0, 0, 1])]
+        ))]
+    );
+    d.write("s.yaml", &fqdn);
+    assert_eq!(d.scan(&mut md), [del_slice("a-1")]);
+}
+
+#[test]
+fn a_bad_address_costs_only_that_address() {
+    let d = TempDir::new("bad-address");
+    let eps = "- addresses: [\"10.0.0.1\", \"not-an-ip\"]
+- addresses: [\"10.0.0.999\"]
+- addresses: [\"10.0.0.3\"]
+  conditions: {ready: false, serving: true, terminating: true}
+";
+    d.write("s.yaml", &slice_yaml("a-1", "a", "IPv4", eps));
+    let mut md = ManifestDir::new(&d.0);
+    let draining = EndpointSpec {
+        addrs: vec![Ipv4Addr::new(10, 0, 0, 3)],
+        ready: false,
+        serving: true,
+        terminating: true,
+    };
+    assert_eq!(
+        d.scan(&mut md),
+        [Change::UpsertSlice(slice(
+            "a-1",
+            "a",
+            vec![ready([10, 0, 0, 1]), draining]
+        ))]
+    );
+}

@@ -1,0 +1,353 @@
+//! Conversion tests: field paths in errors, Services without frontends, and the
+//! API's endpoint condition defaults.
+use std::net::Ipv4Addr;
+
+use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
+use serde_json::{Value, json};
+
+use super::*;
+use crate::model::{BackendState, EndpointSpec, Protocol, ServiceId, ServicePortSpec};
+
+fn svc(v: Value) -> Service {
+    serde_json::from_value(v).expect("a Service")
+}
+
+fn eps(v: Value) -> EndpointSlice {
+    serde_json::from_value(v).expect("an EndpointSlice")
+}
+
+fn fields(e: &ObjectError) -> Vec<&str> {
+    e.errors.iter().map(|e| e.field.as_str()).collect()
+}
+
+fn good_service() -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "web", "namespace": "shop"},
+        "spec": {"clusterIP": "10.96.0.10", "ports": [
+            {"name": "http", "port": 80},
+            {"name": "dns", "port": 53, "protocol": "UDP"},
+        ]},
+    })
+}
+
+#[test]
+fn service_converts_with_defaults() {
+    let c = service(&svc(good_service())).unwrap();
+    assert_eq!(c.warnings, []);
+    assert_eq!(c.value.id, ServiceId::new("shop", "web"));
+    assert_eq!(c.value.cluster_ips, [Ipv4Addr::new(10, 96, 0, 10)]);
+    assert_eq!(
+        c.value.ports,
+        [
+            ServicePortSpec {
+                name: "http".into(),
+                port: 80,
+                proto: Protocol::Tcp,
+            },
+            ServicePortSpec {
+                name: "dns".into(),
+                port: 53,
+                proto: Protocol::Udp,
+            },
+        ]
+    );
+    let mut v = good_service();
+    v["metadata"].as_object_mut().unwrap().remove("namespace");
+    assert_eq!(service(&svc(v)).unwrap().value.id.namespace, "default");
+}
+
+#[test]
+fn service_errors_name_every_bad_field() {
+    let e = service(&svc(json!({
+        "metadata": {},
+        "spec": {"clusterIP": "10.96.0.999", "ports": [
+            {"port": 80},
+            {"port": 0},
+            {"port": 70000, "protocol": "FOO"},
+            {"port": 80, "protocol": "TCP", "name": "again"},
+            {"port": 80, "protocol": "UDP"},
+        ]},
+    })))
+    .unwrap_err();
+    assert_eq!(
+        fields(&e),
+        [
+            "metadata.name",
+            "spec.clusterIP",
+            "spec.ports[1].port",
+            "spec.ports[2].port",
+            "spec.ports[2].protocol",
+            "spec.ports[3]",
+        ]
+    );
+    assert_eq!(e.errors[0].problem, Problem::Missing);
+    assert_eq!(
+        e.errors[1].problem,
+        Problem::InvalidIp {
+            value: "10.96.0.999".into()
+        }
+    );
+    assert_eq!(e.errors[2].problem, Problem::PortOutOfRange { value: 0 });
+    assert_eq!(
+        e.errors[3].problem,
+        Problem::PortOutOfRange { value: 70000 }
+    );
+    assert_eq!(
+        e.errors[4].problem,
+        Problem::UnknownProtocol {
+            value: "FOO".into()
+        }
+    );
+    assert_eq!(
+        e.errors[5].problem,
+        Problem::DuplicatePort {
+            port: 80,
+            proto: Protocol::Tcp
+        }
+    );
+    let msg = e.to_string();
+    assert!(
+        msg.contains("spec.ports[1].port: 0 is out of range 1-65535; "),
+        "{msg}"
+    );
+}
+
+#[test]
+fn cluster_ips_are_checked_by_index() {
+    let mut v = good_service();
+    v["spec"]["clusterIPs"] = json!(["10.96.0.11", "fd00::1", "bogus"]);
+    let e = service(&svc(v)).unwrap_err();
+    assert_eq!(fields(&e), ["spec.clusterIPs[0]", "spec.clusterIPs[2]"]);
+    assert_eq!(
+        e.errors[0].problem,
+        Problem::ClusterIpMismatch {
+            ip: "10.96.0.10".into(),
+            ips0: "10.96.0.11".into()
+        }
+    );
+
+    // Dual stack: the IPv6 address is valid but has no datapath yet.
+    let mut v = good_service();
+    v["spec"]["clusterIPs"] = json!(["10.96.0.10", "fd00::1"]);
+    let c = service(&svc(v)).unwrap();
+    assert_eq!(c.value.cluster_ips, [Ipv4Addr::new(10, 96, 0, 10)]);
+
+    // No cluster IP at all: a warning, not an error.
+    let mut v = good_service();
+    v["spec"].as_object_mut().unwrap().remove("clusterIP");
+    let c = service(&svc(v)).unwrap();
+    assert!(c.value.cluster_ips.is_empty());
+    assert_eq!(
+        c.warnings,
+        [FieldError::new("spec.clusterIP", Problem::NoClusterIp)]
+    );
+}
+
+#[test]
+fn services_a_kube_proxy_skips_get_no_cluster_ip() {
+    let headless = {
+        let mut v = good_service();
+        v["spec"]["clusterIP"] = json!("None");
+        v
+    };
+    let external = {
+        let mut v = good_service();
+        v["spec"]["type"] = json!("ExternalName");
+        v["spec"]["externalName"] = json!("db.example.com");
+        v
+    };
+    let foreign = {
+        let mut v = good_service();
+        v["metadata"]["labels"] = json!({LABEL_SERVICE_PROXY_NAME: "other-proxy"});
+        v
+    };
+    // Not even a broken cluster IP matters then.
+    let foreign_bad_ip = {
+        let mut v = foreign.clone();
+        v["spec"]["clusterIP"] = json!("not-an-ip");
+        v
+    };
+    for (what, v) in [
+        ("headless", headless),
+        ("ExternalName", external),
+        ("service-proxy-name", foreign),
+        ("service-proxy-name, bad IP", foreign_bad_ip),
+    ] {
+        let c = service(&svc(v)).unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert!(c.value.cluster_ips.is_empty(), "{what}");
+        assert_eq!(c.warnings, [], "{what}");
+        assert_eq!(c.value.ports.len(), 2, "{what}: ports are still validated");
+    }
+}
+
+fn good_slice() -> Value {
+    json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": "web-1", "namespace": "shop",
+                     "labels": {LABEL_SERVICE_NAME: "web"}},
+        "addressType": "IPv4",
+        "ports": [{"name": "http", "port": 8080}],
+        "endpoints": [{"addresses": ["10.0.0.1"]}],
+    })
+}
+
+fn ipv4(v: Value) -> Converted<crate::model::SliceSpec> {
+    match slice(&eps(v)) {
+        Ok(SliceOutcome::Ipv4(c)) => c,
+        other => panic!("expected an IPv4 slice, got {other:?}"),
+    }
+}
+
+#[test]
+fn slice_errors_name_every_bad_field() {
+    let e = slice(&eps(json!({
+        "metadata": {"labels": {"app": "web"}},
+        "addressType": "IPX",
+        "ports": [
+            {"port": 0},
+            {"port": 8080, "protocol": "FOO"},
+            {"name": "no-number"},
+        ],
+        "endpoints": [],
+    })))
+    .unwrap_err();
+    assert_eq!(
+        fields(&e),
+        [
+            "metadata.name",
+            "metadata.labels[kubernetes.io/service-name]",
+            "addressType",
+            "ports[0].port",
+            "ports[1].protocol",
+        ]
+    );
+    assert_eq!(
+        e.errors[2].problem,
+        Problem::UnknownAddressType {
+            value: "IPX".into()
+        }
+    );
+
+    // An empty label names no Service either.
+    let mut v = good_slice();
+    v["metadata"]["labels"][LABEL_SERVICE_NAME] = json!("");
+    let e = slice(&eps(v)).unwrap_err();
+    assert_eq!(fields(&e), ["metadata.labels[kubernetes.io/service-name]"]);
+}
+
+#[test]
+fn a_port_without_number_is_a_warning() {
+    let mut v = good_slice();
+    v["ports"] = json!([{"name": "http", "port": 8080}, {"name": "other"}]);
+    let c = ipv4(v);
+    assert_eq!(c.value.ports.len(), 1);
+    assert_eq!(
+        c.warnings,
+        [FieldError::new("ports[1].port", Problem::NoPortNumber)]
+    );
+    assert_eq!(c.value.service, ServiceId::new("shop", "web"));
+}
+
+#[test]
+fn bad_addresses_are_warnings_that_cost_only_themselves() {
+    let mut v = good_slice();
+    v["endpoints"] = json!([
+        {"addresses": ["10.0.0.1", "10.0.0.999", "10.0.0.2"]},
+        {"addresses": ["fd00::1"]},
+        {"addresses": ["10.0.0.3"]},
+    ]);
+    let c = ipv4(v);
+    let addrs: Vec<Vec<Ipv4Addr>> = c.value.endpoints.iter().map(|e| e.addrs.clone()).collect();
+    assert_eq!(
+        addrs,
+        [
+            vec![Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2)],
+            vec![Ipv4Addr::new(10, 0, 0, 3)],
+        ]
+    );
+    let warned: Vec<&str> = c.warnings.iter().map(|w| w.field.as_str()).collect();
+    assert_eq!(
+        warned,
+        ["endpoints[0].addresses[1]", "endpoints[1].addresses[0]"]
+    );
+    assert_eq!(
+        c.warnings[0].problem,
+        Problem::InvalidIp {
+            value: "10.0.0.999".into()
+        }
+    );
+}
+
+#[test]
+fn fqdn_and_ipv6_slices_are_ignored_unless_broken() {
+    for kind in ["FQDN", "IPv6"] {
+        let mut v = good_slice();
+        v["addressType"] = json!(kind);
+        v["endpoints"] = json!([{"addresses": ["db.example.com"]}]);
+        assert!(
+            matches!(slice(&eps(v.clone())), Ok(SliceOutcome::Ignored { .. })),
+            "{kind}"
+        );
+        v["metadata"]["labels"] = json!({});
+        let e = slice(&eps(v)).unwrap_err();
+        assert_eq!(
+            fields(&e),
+            ["metadata.labels[kubernetes.io/service-name]"],
+            "{kind}"
+        );
+    }
+}
+
+#[test]
+fn endpoint_conditions_follow_the_api_defaults() {
+    let cases = [
+        // (conditions, ready, serving, terminating, state)
+        (json!(null), true, true, false, Some(BackendState::Active)),
+        (json!({}), true, true, false, Some(BackendState::Active)),
+        (json!({"ready": false}), false, false, false, None),
+        (
+            json!({"ready": true, "terminating": true}),
+            true,
+            true,
+            true,
+            Some(BackendState::Terminating),
+        ),
+        (
+            json!({"ready": false, "serving": true, "terminating": true}),
+            false,
+            true,
+            true,
+            Some(BackendState::Terminating),
+        ),
+        (
+            json!({"ready": false, "serving": true}),
+            false,
+            true,
+            false,
+            Some(BackendState::Terminating),
+        ),
+        (
+            json!({"serving": false, "terminating": true}),
+            true,
+            false,
+            true,
+            None,
+        ),
+    ];
+    for (conditions, ready, serving, terminating, state) in cases {
+        let mut v = good_slice();
+        if !conditions.is_null() {
+            v["endpoints"][0]["conditions"] = conditions.clone();
+        }
+        let c = ipv4(v);
+        let want = EndpointSpec {
+            addrs: vec![Ipv4Addr::new(10, 0, 0, 1)],
+            ready,
+            serving,
+            terminating,
+        };
+        assert_eq!(want.backend_state(), state, "{conditions}");
+        assert_eq!(c.value.endpoints, [want], "{conditions}");
+    }
+}

@@ -1,0 +1,308 @@
+//! Randomized planner tests: the make-before-break invariant under torn reads
+//! of the datapath, and restore after random histories.
+use std::{collections::BTreeSet, net::Ipv4Addr};
+
+use weir_abi::{BACKEND_STATE_ACTIVE, Backend4, Service4Value};
+
+use super::*;
+
+/// xorshift64: deterministic pseudo-random numbers without a dependency.
+struct XorShift(u64);
+
+impl XorShift {
+    fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        x
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// A non-empty set of backends on network `10.net.0.0/24`, sometimes with
+/// terminating ones only.
+fn random_backends(rng: &mut XorShift, net: u8) -> Vec<Backend> {
+    let all_terminating = rng.below(5) == 0;
+    loop {
+        let mut out = Vec::new();
+        for host in 1..=5u8 {
+            for port in [8080u16, 8443] {
+                if rng.below(3) == 0 {
+                    let state = if all_terminating || rng.below(3) == 0 {
+                        BackendState::Terminating
+                    } else {
+                        BackendState::Active
+                    };
+                    out.push(Backend {
+                        addr: Ipv4Addr::new(10, net, 0, host),
+                        port,
+                        state,
+                    });
+                }
+            }
+        }
+        if !out.is_empty() {
+            let n = out.len() as u64;
+            out.rotate_left(rng.below(n) as usize);
+            return out;
+        }
+    }
+}
+
+type Endpoint = (Ipv4Addr, u16);
+
+fn endpoint(b: &Backend4) -> Endpoint {
+    (Ipv4Addr::from(u32::from_be(b.addr)), u16::from_be(b.port))
+}
+
+fn endpoints<'a>(bs: impl IntoIterator<Item = &'a Backend>) -> BTreeSet<Endpoint> {
+    bs.into_iter().map(|b| (b.addr, b.port)).collect()
+}
+
+/// What new connections to a frontend with these backends may reach.
+fn pickable(bs: &[Backend]) -> BTreeSet<Endpoint> {
+    let act: Vec<&Backend> = bs
+        .iter()
+        .filter(|b| b.state == BackendState::Active)
+        .collect();
+    if act.is_empty() {
+        endpoints(bs)
+    } else {
+        endpoints(act)
+    }
+}
+
+/// The number of slots `pick_in` chooses from.
+fn live(master: &Service4Value) -> u16 {
+    if master.count > 0 {
+        master.count
+    } else {
+        master.qcount
+    }
+}
+
+/// Checks `pick_backend` of ebpf/programs/src/sock.rs while `states` are
+/// written one after another, each of its lookups seeing its own state, never
+/// an older one than the lookup before: the master at `i`, the slot at
+/// `j >= i`, the backend at `m >= j`. When the slot or the backend is gone, the
+/// program re-reads the master and tries once more, at states from the failure
+/// on. Every connection must reach a backend in `allowed`.
+fn check_torn_reads(states: &[Snapshot], fe: Frontend, allowed: &BTreeSet<Endpoint>, ctx: &str) {
+    let last = states.len() - 1;
+    let key = |slot| service_key(fe, slot);
+    let masters: Vec<Service4Value> = states
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let m = *s.services.get(&key(0)).unwrap_or_else(|| {
+                panic!("{ctx}: the frontend vanished after op {i}");
+            });
+            assert!(live(&m) > 0, "{ctx}: the frontend looks empty after op {i}");
+            m
+        })
+        .collect();
+    // None: the lookup failed and the program re-reads the master.
+    let lookup = |slot: u16, j: usize, m: usize| -> Option<Option<Backend4>> {
+        let v = states[j].services.get(&key(slot))?;
+        Some(states[m].backends.get(&v.backend_id).copied())
+    };
+    let reaches = |b: Backend4, at: &str| {
+        assert!(
+            allowed.contains(&endpoint(&b)) && b.proto == fe.proto.ip_proto(),
+            "{ctx}: {at} reached {b:?}, not an old or new backend"
+        );
+    };
+    // A second attempt that starts at state k succeeds whatever the timing.
+    let mut retry_ok = vec![true; states.len() + 1];
+    for k in (0..=last).rev() {
+        let ok = (1..=live(&masters[k])).all(|s| {
+            (k..=last).all(|j| {
+                (j..=last).all(|m| match lookup(s, j, m) {
+                    Some(Some(b)) => {
+                        reaches(b, &format!("retry at {k}"));
+                        true
+                    }
+                    _ => false,
+                })
+            })
+        });
+        retry_ok[k] = ok && retry_ok[k + 1];
+    }
+    for (i, master) in masters.iter().enumerate() {
+        for s in 1..=live(master) {
+            for j in i..=last {
+                if !states[j].services.contains_key(&key(s)) {
+                    assert!(
+                        retry_ok[j],
+                        "{ctx}: master@{i} slot {s}@{j} is gone and the retry can fail too"
+                    );
+                    continue;
+                }
+                for (m, &retry) in retry_ok.iter().enumerate().take(last + 1).skip(j) {
+                    match lookup(s, j, m).flatten() {
+                        Some(b) => reaches(b, &format!("master@{i} slot {s}@{j} backend@{m}")),
+                        None => assert!(
+                            retry,
+                            "{ctx}: master@{i} slot {s}@{j} backend@{m} is gone and the retry can fail too"
+                        ),
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_frontend_with_backends_never_looks_empty_nor_reaches_a_removed_backend() {
+    let mut rng = XorShift(0x9e37_79b9_7f4a_7c15);
+    let mut w = World::new();
+    let fes = [web(), vip(20, 53, Protocol::Udp)];
+    let mut current: Vec<Vec<Backend>> = vec![Vec::new(); fes.len()];
+    for (n, fe) in fes.iter().enumerate() {
+        current[n] = random_backends(&mut rng, n as u8);
+        w.set(*fe, &current[n]);
+    }
+    for round in 0..250 {
+        let n = rng.below(fes.len() as u64) as usize;
+        let (fe, other) = (fes[n], fes[1 - n]);
+        let a = current[n].clone();
+        let b = random_backends(&mut rng, n as u8);
+        let ctx = format!("round {round}: {fe} {a:?} -> {b:?}");
+        let either: BTreeSet<Endpoint> = endpoints(a.iter().chain(&b));
+        let p = w.plan(fe, Some(b.as_slice()));
+        assert_phases(&p.ops);
+        let mut states = vec![w.maps.state.clone()];
+        for (i, op) in p.ops.iter().enumerate() {
+            w.maps.apply(op).expect("roomy fake maps accept every op");
+            states.push(w.maps.state.clone());
+            for roll in 0..16 {
+                match w.maps.connect(service_key(fe, 0), roll) {
+                    Ok(Some(got)) => assert!(
+                        either.contains(&endpoint(&got)),
+                        "{ctx}: after op {i} roll {roll} reached {got:?}"
+                    ),
+                    got => panic!("{ctx}: after op {i} ({op:?}) roll {roll} got {got:?}"),
+                }
+                // The other frontend is not disturbed.
+                let got = w.maps.connect(service_key(other, 0), roll);
+                let got = got.ok().flatten().map(|b| endpoint(&b));
+                assert!(
+                    got.is_some_and(|e| pickable(&current[1 - n]).contains(&e)),
+                    "{ctx}: after op {i} the other frontend reached {got:?}"
+                );
+            }
+        }
+        check_torn_reads(&states, fe, &either, &ctx);
+        w.settle(&p);
+        current[n] = b.clone();
+
+        // Done: exactly B's pickable backends, in B's states.
+        let want = pickable(&b);
+        let mut reached = BTreeSet::new();
+        for roll in 0..64 {
+            let got = w.maps.connect(service_key(fe, 0), roll);
+            let got = got.unwrap_or_else(|_| panic!("{ctx}: refused after the plan"));
+            let got = got.unwrap_or_else(|| panic!("{ctx}: frontend gone after the plan"));
+            assert!(
+                want.contains(&endpoint(&got)),
+                "{ctx}: reached {got:?} after the plan"
+            );
+            let state = b
+                .iter()
+                .find(|x| (x.addr, x.port) == endpoint(&got))
+                .unwrap()
+                .state;
+            assert_eq!(
+                got.state == BACKEND_STATE_ACTIVE,
+                state == BackendState::Active
+            );
+            reached.insert(endpoint(&got));
+        }
+        assert_eq!(
+            reached, want,
+            "{ctx}: some pickable backend is never chosen"
+        );
+    }
+}
+
+/// The states a plan's ops go through, applied in the given order.
+fn states_of(w: &World, ops: &[MapOp]) -> Vec<Snapshot> {
+    let mut fake = w.maps.clone();
+    let mut states = vec![fake.state.clone()];
+    for op in ops {
+        fake.apply(op).unwrap();
+        states.push(fake.state.clone());
+    }
+    states
+}
+
+#[test]
+fn torn_read_check_rejects_break_before_make() {
+    let mut w = World::new();
+    w.set(web(), &active(&[1, 2, 3, 4, 5]));
+    let allowed = endpoints(&active(&[1, 2, 3, 4, 5]));
+    let p = w.plan(web(), Some(&active(&[1, 2])));
+    check_torn_reads(&states_of(&w, &p.ops), web(), &allowed, "as planned");
+
+    // Pruning before the master switches: a reader of the old master can miss
+    // a slot, and its retry reads the same old master.
+    let mut early_prune = p.ops.clone();
+    let master = early_prune.iter().position(|op| phase(op) == 3).unwrap();
+    let m = early_prune.remove(master);
+    early_prune.push(m);
+    let states = states_of(&w, &early_prune);
+    let caught = std::panic::catch_unwind(|| {
+        check_torn_reads(&states, web(), &allowed, "prune first");
+    });
+    assert!(caught.is_err(), "pruning before the master went unnoticed");
+
+    // A master that names slots not written yet.
+    let mut w = World::new();
+    w.set(web(), &active(&[1]));
+    let p = w.plan(web(), Some(&active(&[1, 2, 3])));
+    let mut master_first = p.ops.clone();
+    let master = master_first.iter().position(|op| phase(op) == 3).unwrap();
+    let m = master_first.remove(master);
+    master_first.insert(0, m);
+    let states = states_of(&w, &master_first);
+    let caught = std::panic::catch_unwind(|| {
+        check_torn_reads(
+            &states,
+            web(),
+            &endpoints(&active(&[1, 2, 3])),
+            "master first",
+        );
+    });
+    assert!(
+        caught.is_err(),
+        "a master ahead of its slots went unnoticed"
+    );
+}
+
+#[test]
+fn restore_matches_the_planner_after_random_histories() {
+    let mut rng = XorShift(0x2545_f491_4f6c_dd1d);
+    let mut w = World::new();
+    let fes = [
+        web(),
+        vip(11, 53, Protocol::Udp),
+        vip(12, 443, Protocol::Tcp),
+    ];
+    for step in 0..120 {
+        let n = rng.below(fes.len() as u64) as usize;
+        let b = (rng.below(4) != 0).then(|| random_backends(&mut rng, n as u8));
+        w.run(fes[n], b.as_deref());
+        let r = restore(&w.maps.state);
+        assert!(r.orphans.is_empty(), "step {step}: {:?}", r.orphans);
+        assert_eq!(r.images, w.images, "step {step}");
+        for fe in fes {
+            let ops = diff(fe, w.images.get(&fe), r.images.get(&fe));
+            assert!(ops.is_empty(), "step {step}: {fe}: {ops:?}");
+        }
+    }
+}
