@@ -2,7 +2,7 @@
 //! integration tests against the real kernel datapath in throwaway namespaces.
 use anyhow::Result;
 
-use crate::util::{cargo, exec, root};
+use crate::util::{Totals, cargo, exec, exec_tests, root};
 
 pub fn run(filter: Option<&str>) -> Result<()> {
     exec(cargo().args(["fmt", "--all", "--check"]))?;
@@ -14,7 +14,11 @@ pub fn run(filter: Option<&str>) -> Result<()> {
         "-D",
         "warnings",
     ]))?;
-    exec(cargo().args(["test", "--workspace", "--exclude", "weir-integration"]))?;
+    let mut totals = Totals::default();
+    exec_tests(
+        cargo().args(["test", "--workspace", "--exclude", "weir-integration"]),
+        &mut totals,
+    )?;
 
     // Leftovers of an earlier run that was killed before its own cleanup ran.
     weir_integration::sweep::sweep();
@@ -28,10 +32,23 @@ pub fn run(filter: Option<&str>) -> Result<()> {
     ]))?;
     let bin = root().join("target/debug");
     let mut test = cargo();
-    test.args(["test", "-p", "weir-integration", "--", "--test-threads=1"])
-        .env("WEIR_BIN_DIR", &bin);
+    test.args([
+        "test",
+        "-p",
+        "weir-integration",
+        "--tests",
+        "--",
+        "--test-threads=1",
+    ])
+    .env("WEIR_BIN_DIR", &bin);
     if let Some(f) = filter {
         test.arg(f);
     }
-    exec(&mut test)
+    exec_tests(&mut test, &mut totals)?;
+    // One closing line for the whole run, unit and integration tests together.
+    println!(
+        "{} passed, {} failed, {} skipped",
+        totals.passed, totals.failed, totals.ignored
+    );
+    Ok(())
 }

@@ -23,6 +23,50 @@ pub fn exec(cmd: &mut Command) -> Result<()> {
     Ok(())
 }
 
+/// Test totals summed over `cargo test`'s "test result:" lines.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Totals {
+    pub passed: u64,
+    pub failed: u64,
+    pub ignored: u64,
+}
+
+/// Runs `cargo test …`, passing its output through, and adds up its results.
+pub fn exec_tests(cmd: &mut Command, totals: &mut Totals) -> Result<()> {
+    use std::io::{BufRead as _, BufReader};
+    eprintln!("+ {}", show(cmd));
+    let mut child = cmd
+        .current_dir(root())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .with_context(|| format!("cannot start {}", show(cmd)))?;
+    let stdout = child.stdout.take().context("no stdout")?;
+    for line in BufReader::new(stdout).lines() {
+        let line = line?;
+        println!("{line}");
+        if let Some(rest) = line.strip_prefix("test result: ") {
+            for part in rest.split(';') {
+                let mut words = part.split_whitespace().rev();
+                let (Some(what), Some(n)) = (words.next(), words.next()) else {
+                    continue;
+                };
+                let n: u64 = n.trim_start_matches("ok.").trim().parse().unwrap_or(0);
+                match what {
+                    "passed" => totals.passed += n,
+                    "failed" => totals.failed += n,
+                    "ignored" => totals.ignored += n,
+                    _ => {}
+                }
+            }
+        }
+    }
+    let status = child.wait()?;
+    if !status.success() {
+        bail!("{} failed: {status}", show(cmd));
+    }
+    Ok(())
+}
+
 /// Runs quietly and returns stdout, or `None` if the command fails or is missing.
 pub fn output(cmd: &mut Command) -> Option<String> {
     let out = cmd.output().ok()?;
