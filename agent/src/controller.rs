@@ -50,6 +50,7 @@ impl<M: LbMaps> Controller<M> {
     ) {
         tokio::pin!(shutdown);
         let mut retry = tokio::time::interval(RETRY);
+        retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let mut dirty = BTreeSet::new();
             tokio::select! {
@@ -77,26 +78,48 @@ impl<M: LbMaps> Controller<M> {
                     self.store.apply(c, dirty);
                 }
             }
-            SourceMsg::Synced => {
+            SourceMsg::Synced { complete } => {
                 // Sync what is pending first, so restored frontends get claimed
                 // before the unclaimed ones are pruned.
                 self.sync(std::mem::take(dirty));
+                let removed = self.prune_stale(complete);
                 if !self.synced {
                     self.synced = true;
-                    let stale = self.reconciler.unclaimed();
-                    for (fe, e) in self.reconciler.prune_unclaimed() {
-                        warn!(frontend = %fe, "cannot remove stale frontend: {e}");
-                    }
                     info!(
                         services = self.store.service_count(),
                         frontends = self.reconciler.frontend_count(),
                         map_ops = self.initial_ops,
-                        stale_removed = stale - self.reconciler.unclaimed(),
+                        stale_removed = removed,
                         "initial sync complete"
+                    );
+                } else if removed > 0 {
+                    info!(
+                        removed,
+                        "removed frontends of Services deleted while the agent was away"
                     );
                 }
             }
         }
+    }
+
+    /// Removes restored frontends nobody claimed, once the source's view is
+    /// complete; returns how many went.
+    fn prune_stale(&mut self, complete: bool) -> usize {
+        let stale = self.reconciler.unclaimed();
+        if stale == 0 {
+            return 0;
+        }
+        if !complete {
+            warn!(
+                frontends = stale,
+                "keeping frontends restored from the maps that no Service claims yet: some manifests failed to load and may be what claims them; they are removed once every manifest loads"
+            );
+            return 0;
+        }
+        for (fe, e) in self.reconciler.prune_unclaimed() {
+            warn!(frontend = %fe, "cannot remove stale frontend: {}", chain(&e));
+        }
+        stale - self.reconciler.unclaimed()
     }
 
     pub fn sync(&mut self, dirty: BTreeSet<ServiceId>) {
@@ -117,7 +140,7 @@ impl<M: LbMaps> Controller<M> {
                     }
                 }
                 Err(e) => {
-                    let msg = e.to_string();
+                    let msg = chain(&e);
                     if self.last_error.get(&id) == Some(&msg) {
                         debug!(service = %id, "still failing: {msg}");
                     } else {
@@ -130,6 +153,9 @@ impl<M: LbMaps> Controller<M> {
                 }
             }
         }
+        if !self.synced {
+            self.initial_ops += ops;
+        }
         debug!(
             services = n,
             map_ops = ops,
@@ -137,4 +163,16 @@ impl<M: LbMaps> Controller<M> {
             "synced"
         );
     }
+}
+
+/// An error and its causes on one line, for logs.
+pub fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
 }

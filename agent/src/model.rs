@@ -185,9 +185,14 @@ impl EndpointSpec {
     /// The state the datapath gives this endpoint, or `None` when it must never be
     /// chosen (`serving: false`).
     pub const fn backend_state(&self) -> Option<BackendState> {
-        if self.ready && !self.terminating {
+        // As kube-proxy: ready endpoints serve; without any, the ones that are
+        // serving while terminating do (KEP-1669).
+        // `serving: false` never gets traffic, whatever `ready` says.
+        if !self.serving {
+            None
+        } else if self.ready {
             Some(BackendState::Active)
-        } else if self.serving {
+        } else if self.terminating {
             Some(BackendState::Terminating)
         } else {
             None

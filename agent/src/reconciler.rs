@@ -38,7 +38,7 @@ pub enum ReconcileError {
         capacity: u32,
         needed: u32,
     },
-    #[error("service {service}: {source}; the service was rolled back to its previous state")]
+    #[error("service {service}: programming failed and was rolled back to the previous state")]
     Map {
         service: ServiceId,
         #[source]
@@ -162,6 +162,44 @@ impl<M: LbMaps> Reconciler<M> {
             ));
         }
 
+        match self.apply_plans(service, plans) {
+            Err(e @ ReconcileError::MapFull { .. }) => {
+                self.refuse_new_frontends(service, desired);
+                Err(e)
+            }
+            other => other,
+        }
+    }
+
+    /// A Service that does not fit must not leak to its VIPs unchanged: give
+    /// its frontends that have no entry yet a master without backends, so
+    /// connects are refused, as long as that much still fits. Frontends it
+    /// already had keep serving their previous backends.
+    fn refuse_new_frontends(&mut self, service: &ServiceId, desired: &[DesiredFrontend]) {
+        let empty: Vec<DesiredFrontend> = desired
+            .iter()
+            .filter(|d| !self.images.contains_key(&d.frontend))
+            .map(|d| DesiredFrontend {
+                frontend: d.frontend,
+                backends: Vec::new(),
+            })
+            .collect();
+        let plans = empty
+            .iter()
+            .map(|d| planner::plan(d.frontend, None, Some(d), &mut self.ids))
+            .collect();
+        if let Err(e) = self.apply_plans(service, plans) {
+            debug!(%service, "cannot even refuse its new frontends: {e}");
+        }
+    }
+
+    /// Checks that `plans` fit, applies them in order and records the result;
+    /// on a failed write, rolls every one of them back.
+    fn apply_plans(
+        &mut self,
+        service: &ServiceId,
+        plans: Vec<Plan>,
+    ) -> Result<usize, ReconcileError> {
         self.check_fits(service, &plans)?;
         let mut ops = 0;
         for i in 0..plans.len() {

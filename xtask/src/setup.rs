@@ -13,7 +13,8 @@ use crate::util::{cargo, exec, output};
 
 /// Debian packages: iproute2/util-linux for namespaces and nsenter, curl and dig
 /// as real clients, dnsmasq as a real DNS backend, bpftool to look at maps and
-/// links from the outside.
+/// links from the outside, iptables (legacy and nft) and nftables to program
+/// kube-proxy's rulesets for the datapath bench.
 const PACKAGES: &[&str] = &[
     "iproute2",
     "util-linux",
@@ -21,6 +22,8 @@ const PACKAGES: &[&str] = &[
     "dnsutils",
     "dnsmasq-base",
     "bpftool",
+    "iptables",
+    "nftables",
 ];
 
 const BPF_LINKER_VERSION: &str = "0.13.0";

@@ -22,6 +22,7 @@ use crate::maps::{MapError, pinned::PinnedMaps};
 static PROGRAMS: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/weir-ebpf"));
 
 const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
+const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
 
 #[derive(Clone, Debug)]
 pub struct LoadOptions {
@@ -52,19 +53,23 @@ pub enum LoadError {
     },
     #[error("loading the eBPF object failed")]
     Load(#[source] EbpfError),
-    #[error("program {name}: {source}")]
+    #[error("program {name} failed")]
     Program {
         name: &'static str,
         #[source]
         source: ProgramError,
     },
+    #[error(
+        "{path} is not a cgroup v2 directory (on hybrid hosts cgroup2 is often at /sys/fs/cgroup/unified)"
+    )]
+    NotCgroup2 { path: PathBuf },
     #[error("cannot open cgroup {path}")]
     Cgroup {
         path: PathBuf,
         #[source]
         source: io::Error,
     },
-    #[error("{hook} link at {path}: {source}")]
+    #[error("{hook} link at {path} failed")]
     Link {
         hook: &'static str,
         path: PathBuf,
@@ -95,6 +100,11 @@ impl Datapath {
             .load(PROGRAMS)
             .map_err(LoadError::Load)?;
 
+        if fs_magic(&opts.cgroup) != Some(CGROUP2_SUPER_MAGIC) {
+            return Err(LoadError::NotCgroup2 {
+                path: opts.cgroup.clone(),
+            });
+        }
         let cgroup = File::open(&opts.cgroup).map_err(|source| LoadError::Cgroup {
             path: opts.cgroup.clone(),
             source,
@@ -171,13 +181,16 @@ fn mount_bpffs(at: &Path) {
 }
 
 pub fn is_bpffs(path: &Path) -> bool {
-    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) else {
-        return false;
-    };
+    fs_magic(path) == Some(BPF_FS_MAGIC)
+}
+
+/// The filesystem type of `path` (`statfs.f_type`).
+fn fs_magic(path: &Path) -> Option<i64> {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).ok()?;
     // SAFETY: statfs fills the zeroed struct; the path is NUL-terminated.
     unsafe {
         let mut st: libc::statfs = std::mem::zeroed();
-        libc::statfs(c.as_ptr(), &raw mut st) == 0 && st.f_type == BPF_FS_MAGIC
+        (libc::statfs(c.as_ptr(), &raw mut st) == 0).then_some(st.f_type)
     }
 }
 

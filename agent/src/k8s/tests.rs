@@ -306,12 +306,14 @@ fn endpoint_conditions_follow_the_api_defaults() {
         (json!(null), true, true, false, Some(BackendState::Active)),
         (json!({}), true, true, false, Some(BackendState::Active)),
         (json!({"ready": false}), false, false, false, None),
+        // Ready wins, as in kube-proxy (publishNotReadyAddresses keeps
+        // terminating endpoints ready).
         (
             json!({"ready": true, "terminating": true}),
             true,
             true,
             true,
-            Some(BackendState::Terminating),
+            Some(BackendState::Active),
         ),
         (
             json!({"ready": false, "serving": true, "terminating": true}),
@@ -320,12 +322,13 @@ fn endpoint_conditions_follow_the_api_defaults() {
             true,
             Some(BackendState::Terminating),
         ),
+        // Neither ready nor terminating: kube-proxy uses it for nothing.
         (
             json!({"ready": false, "serving": true}),
             false,
             true,
             false,
-            Some(BackendState::Terminating),
+            None,
         ),
         (
             json!({"serving": false, "terminating": true}),

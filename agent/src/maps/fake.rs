@@ -59,6 +59,7 @@ impl FakeMaps {
         self.state
             .backends
             .get(&slot.backend_id)
+            .filter(|b| b.rev_nat_id == master.rev_nat_id)
             .copied()
             .map(Some)
             .ok_or(Refused)

@@ -70,6 +70,7 @@ impl FrontendImage {
                     BackendState::Active => BACKEND_STATE_ACTIVE,
                     BackendState::Terminating => BACKEND_STATE_TERMINATING,
                 },
+                rev_nat_id,
             };
             let id = existing
                 .get(&(value.addr, value.port))

@@ -3,7 +3,10 @@ use std::{cell::RefCell, net::Ipv4Addr, rc::Rc};
 
 use super::*;
 use crate::{
-    maps::{Capacity, Snapshot, dump, fake::FakeMaps},
+    maps::{
+        Capacity, Snapshot, dump,
+        fake::{FakeMaps, Refused},
+    },
     model::{Backend, BackendState, Protocol},
     planner::service_key,
 };
@@ -33,6 +36,15 @@ impl Shared {
 
     fn state(&self) -> Snapshot {
         self.0.borrow().state.clone()
+    }
+
+    /// What a connect to `key` would reach now.
+    fn connect(
+        &self,
+        key: weir_abi::Service4Key,
+        roll: u32,
+    ) -> Result<Option<weir_abi::Backend4>, Refused> {
+        self.0.borrow().connect(key, roll)
     }
 
     fn writes(&self) -> usize {
@@ -133,7 +145,7 @@ fn assert_same(before: &Snapshot, after: &Snapshot, what: &str) {
 }
 
 #[test]
-fn map_full_names_the_service_and_map_and_writes_nothing() {
+fn map_full_names_the_service_and_map_and_only_refuses_its_new_frontends() {
     for (map, capacity) in [
         (
             MapName::Services,
@@ -190,9 +202,30 @@ fn map_full_names_the_service_and_map_and_writes_nothing() {
             "{msg}"
         );
         assert!(err.is_transient());
-        assert_eq!(maps.writes(), writes, "{map}: b wrote something");
-        assert_same(&before, &maps.state(), "a changed");
-        assert_eq!(rec.frontend_count(), 1);
+        // b is not half-written: it gets a master without backends, so its
+        // VIP refuses connections instead of leaking, when even that fits.
+        let after = maps.state();
+        let b_master = service_key(fe(2, 80), 0);
+        if map == MapName::RevNat {
+            assert_eq!(maps.writes(), writes, "{map}: b wrote something");
+            assert_same(&before, &after, "a changed");
+            assert_eq!(rec.frontend_count(), 1);
+        } else {
+            let mut a_only = after.clone();
+            let master = a_only.services.remove(&b_master).expect("b refuses");
+            assert_eq!((master.count, master.qcount), (0, 0), "{map}");
+            a_only.revnat.remove(&master.rev_nat_id);
+            assert_same(
+                &before,
+                &a_only,
+                "b wrote more than a refusing master, or a changed",
+            );
+            assert_eq!(maps.connect(b_master, 0), Err(Refused));
+            assert_eq!(rec.frontend_count(), 2);
+            // Undo, so a's own growth below is checked against a alone.
+            rec.sync_service(&id("b"), &[]).unwrap();
+            assert_same(&before, &maps.state(), "removing b's refusal");
+        }
 
         // a may not outgrow the map either, and keeps what it had (growing
         // never needs another rev-NAT entry).
@@ -209,19 +242,20 @@ fn map_full_names_the_service_and_map_and_writes_nothing() {
 #[test]
 fn map_full_gives_back_the_ids_it_reserved() {
     let (mut rec, maps) = new(Capacity {
-        services: 6,
+        services: 7,
         ..ROOMY
     });
     rec.sync_service(&id("a"), &[want(fe(1, 80), 0, &[1, 2, 3])])
         .unwrap();
-    rec.sync_service(&id("b"), &[want(fe(2, 80), 1, &[1, 2])])
+    // b does not fit (4 + 4); it only gets its refusing master (rev-NAT 2).
+    rec.sync_service(&id("b"), &[want(fe(2, 80), 1, &[1, 2, 3])])
         .unwrap_err();
-    // c fits (4 + 2) and gets the ids b would have had.
+    // c fits (5 + 2) and gets the backend ids b would have had.
     rec.sync_service(&id("c"), &[want(fe(3, 80), 2, &[1])])
         .unwrap();
     let s = maps.state();
     assert_eq!(s.backends.keys().copied().collect::<Vec<_>>(), [1, 2, 3, 4]);
-    assert_eq!(s.revnat.keys().copied().collect::<Vec<_>>(), [1, 2]);
+    assert_eq!(s.revnat.keys().copied().collect::<Vec<_>>(), [1, 2, 3]);
     assert_eq!(s.services[&service_key(fe(3, 80), 1)].backend_id, 4);
 }
 

@@ -5,63 +5,36 @@
 //! YAML may hold several documents and `kind: List`. Bad input never costs other
 //! objects their state: a file that does not parse keeps its previous objects,
 //! and an object that fails validation keeps its previous version.
+//!
+//! inotify events name the files to re-read, so one changed file costs one
+//! parse however large the directory is. A full rescan, comparing each file's
+//! (mtime, size, inode), runs every [`RESCAN`] and whenever an event does not
+//! name a manifest file (a ConfigMap volume swapping its `..data` link, an
+//! inotify queue overflow).
+mod parse;
+
 use std::{
     collections::{BTreeMap, BTreeSet},
-    fmt,
     path::{Path, PathBuf},
     time::{Duration, SystemTime},
 };
 
-use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
-use serde_json::Value;
+pub use parse::ManifestError;
+use parse::{ObjRef, Object};
 use tokio::sync::mpsc;
 use tracing::{debug, error, info, warn};
 
 use super::SourceMsg;
 use crate::{
-    k8s::{self, SliceOutcome},
-    model::{ServiceId, ServiceSpec, SliceId, SliceSpec},
+    model::{ServiceId, SliceId},
     store::Change,
 };
 
 /// How long to wait for more events after a change, so an editor's
 /// write-then-rename lands as one update.
-const DEBOUNCE: Duration = Duration::from_millis(30);
-/// Rescan even without events, as the kubelet does for static pods, in case an
-/// event was lost.
+const DEBOUNCE: Duration = Duration::from_millis(20);
+/// Rescan even without events, as the kubelet does for static pods.
 const RESCAN: Duration = Duration::from_secs(10);
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-enum Kind {
-    Service,
-    EndpointSlice,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-struct ObjRef {
-    kind: Kind,
-    namespace: String,
-    name: String,
-}
-
-impl fmt::Display for ObjRef {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let kind = match self.kind {
-            Kind::Service => "Service",
-            Kind::EndpointSlice => "EndpointSlice",
-        };
-        write!(f, "{kind}/{}/{}", self.namespace, self.name)
-    }
-}
-
-/// An object as one file defines it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum Object {
-    Service(ServiceSpec),
-    Slice(SliceSpec),
-    /// A valid slice the datapath does not use: defined, but contributes nothing.
-    IgnoredSlice,
-}
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Stamp {
@@ -74,6 +47,8 @@ struct Stamp {
 struct FileState {
     stamp: Option<Stamp>,
     objects: BTreeMap<ObjRef, Object>,
+    /// The last read failed, or rejected an object.
+    had_errors: bool,
 }
 
 /// The parsed contents of a manifest directory.
@@ -81,6 +56,15 @@ struct FileState {
 pub struct ManifestDir {
     dir: PathBuf,
     files: BTreeMap<PathBuf, FileState>,
+    /// Which files define each object, so resolving one object never walks
+    /// every file.
+    defined_in: BTreeMap<ObjRef, BTreeSet<PathBuf>>,
+}
+
+/// What one scan needs to look at.
+enum Scope<'a> {
+    All,
+    Paths(&'a BTreeSet<PathBuf>),
 }
 
 impl ManifestDir {
@@ -88,86 +72,145 @@ impl ManifestDir {
         Self {
             dir: dir.into(),
             files: BTreeMap::new(),
+            defined_in: BTreeMap::new(),
         }
     }
 
-    /// Reads files that are new or changed since the last scan and forgets
-    /// removed ones; returns the resulting changes to effective objects.
+    /// Re-reads every file whose stamp changed and forgets removed ones.
     pub fn scan(&mut self) -> std::io::Result<Vec<Change>> {
-        let mut present = BTreeMap::new();
-        for entry in std::fs::read_dir(&self.dir)? {
-            let entry = entry?;
-            let path = entry.path();
-            if !is_manifest(&path) {
-                continue;
-            }
-            if let Ok(meta) = entry.metadata()
-                && meta.is_file()
-            {
-                use std::os::unix::fs::MetadataExt as _;
-                let stamp = Stamp {
-                    modified: meta.modified().ok(),
-                    len: meta.len(),
-                    ino: meta.ino(),
-                };
-                present.insert(path, stamp);
-            }
-        }
+        self.scan_scope(Scope::All)
+    }
 
-        // Only objects of files that changed can change; resolve just those.
-        let mut touched: BTreeSet<ObjRef> = BTreeSet::new();
-        let mut changed_files = Vec::new();
-        for (path, state) in &self.files {
-            if present.get(path) != state.stamp.as_ref() {
-                touched.extend(state.objects.keys().cloned());
-                changed_files.push(path.clone());
+    /// Re-reads exactly `paths` (files named by inotify), whatever their stamps.
+    pub fn scan_paths(&mut self, paths: &BTreeSet<PathBuf>) -> std::io::Result<Vec<Change>> {
+        self.scan_scope(Scope::Paths(paths))
+    }
+
+    /// Every file loaded without errors: the view is complete enough to delete
+    /// restored state nobody claims.
+    pub fn is_clean(&self) -> bool {
+        self.files.values().all(|f| !f.had_errors)
+    }
+
+    fn scan_scope(&mut self, scope: Scope<'_>) -> std::io::Result<Vec<Change>> {
+        // path → its stamp now, or None when it is gone.
+        let mut candidates: BTreeMap<PathBuf, Option<Stamp>> = BTreeMap::new();
+        let force = matches!(scope, Scope::Paths(_));
+        match scope {
+            Scope::All => {
+                for entry in std::fs::read_dir(&self.dir)? {
+                    let path = entry?.path();
+                    if is_manifest(&path)
+                        && let Some(stamp) = stamp(&path)
+                    {
+                        candidates.insert(path, Some(stamp));
+                    }
+                }
+                for path in self.files.keys() {
+                    candidates.entry(path.clone()).or_insert(None);
+                }
+            }
+            Scope::Paths(paths) => {
+                for path in paths.iter().filter(|p| is_manifest(p)) {
+                    candidates.insert(path.clone(), stamp(path));
+                }
             }
         }
-        changed_files.extend(
-            present
-                .keys()
-                .filter(|p| !self.files.contains_key(*p))
-                .cloned(),
-        );
-        if changed_files.is_empty() {
+        candidates.retain(|path, now| {
+            force || self.files.get(path).map(|f| f.stamp.as_ref()) != Some(now.as_ref())
+        });
+        if candidates.is_empty() {
             return Ok(Vec::new());
         }
+
+        // Only objects of the files that changed can change; resolve just those.
+        let mut touched: BTreeSet<ObjRef> = BTreeSet::new();
+        for path in candidates.keys() {
+            if let Some(f) = self.files.get(path) {
+                touched.extend(f.objects.keys().cloned());
+            }
+        }
         let before = self.effective(&touched);
-        for path in changed_files {
-            let Some(stamp) = present.remove(&path) else {
-                info!(file = %path.display(), "manifest removed");
-                self.files.remove(&path);
+        for (path, now) in candidates {
+            let Some(now) = now else {
+                if let Some(old) = self.files.remove(&path) {
+                    info!(file = %path.display(), "manifest removed");
+                    self.unindex(&path, old.objects.keys());
+                }
                 continue;
             };
             let state = self.files.entry(path.clone()).or_default();
-            state.stamp = Some(stamp);
-            if let Some(objects) = load_file(&path, &state.objects) {
-                state.objects = objects;
+            state.stamp = Some(now.clone());
+            if now.len == 0 && !state.objects.is_empty() {
+                // A writer that truncates before it writes: wait for content
+                // rather than withdraw every object of the file for a moment.
+                // Deleting the file is how to withdraw them.
+                debug!(file = %path.display(), "manifest is empty, keeping its objects until it has content");
+                continue;
             }
-            touched.extend(state.objects.keys().cloned());
+            match parse::parse_file(&path, &state.objects) {
+                Ok(parsed) => {
+                    let old = std::mem::replace(&mut state.objects, parsed.objects);
+                    state.had_errors = parsed.had_errors;
+                    let new: Vec<ObjRef> = state.objects.keys().cloned().collect();
+                    self.unindex(&path, old.keys());
+                    for r in new {
+                        self.defined_in
+                            .entry(r.clone())
+                            .or_default()
+                            .insert(path.clone());
+                        touched.insert(r);
+                    }
+                }
+                Err(e) => {
+                    error!(file = %path.display(), "{e}; keeping its previous objects");
+                    state.had_errors = true;
+                }
+            }
         }
         let after = self.effective(&touched);
         Ok(diff(&before, &after))
     }
 
+    fn unindex<'a>(&mut self, path: &Path, refs: impl Iterator<Item = &'a ObjRef>) {
+        for r in refs {
+            if let Some(files) = self.defined_in.get_mut(r) {
+                files.remove(path);
+                if files.is_empty() {
+                    self.defined_in.remove(r);
+                }
+            }
+        }
+    }
+
     /// Each of `refs` as the first file (in path order) that defines it says.
     fn effective(&self, refs: &BTreeSet<ObjRef>) -> BTreeMap<ObjRef, Object> {
-        let mut out: BTreeMap<ObjRef, Object> = BTreeMap::new();
+        let mut out = BTreeMap::new();
         for r in refs {
-            let mut defs = self
-                .files
-                .iter()
-                .filter_map(|(p, s)| s.objects.get(r).map(|o| (p, o)));
-            let Some((_, first)) = defs.next() else {
+            let mut files = self.defined_in.get(r).into_iter().flatten();
+            let Some(first) = files.next().and_then(|p| self.files.get(p)?.objects.get(r)) else {
                 continue;
             };
-            if let Some((path, _)) = defs.next() {
+            if let Some(path) = files.next() {
                 warn!(file = %path.display(), object = %r, "defined in more than one file; the first file in name order wins");
             }
             out.insert(r.clone(), first.clone());
         }
         out
     }
+}
+
+/// The stamp of a manifest, following symlinks (ConfigMap volumes are links).
+fn stamp(path: &Path) -> Option<Stamp> {
+    use std::os::unix::fs::MetadataExt as _;
+    let meta = std::fs::metadata(path)
+        .ok()
+        .filter(std::fs::Metadata::is_file)?;
+    Some(Stamp {
+        modified: meta.modified().ok(),
+        len: meta.len(),
+        ino: meta.ino(),
+    })
 }
 
 fn is_manifest(path: &Path) -> bool {
@@ -202,170 +245,84 @@ fn diff(before: &BTreeMap<ObjRef, Object>, after: &BTreeMap<ObjRef, Object>) -> 
 
 fn delete(r: &ObjRef) -> Change {
     match r.kind {
-        Kind::Service => Change::DeleteService(ServiceId::new(&r.namespace, &r.name)),
-        Kind::EndpointSlice => Change::DeleteSlice(SliceId {
+        parse::Kind::Service => Change::DeleteService(ServiceId::new(&r.namespace, &r.name)),
+        parse::Kind::EndpointSlice => Change::DeleteSlice(SliceId {
             namespace: r.namespace.clone(),
             name: r.name.clone(),
         }),
     }
 }
 
-/// Parses one file. `None` when it cannot be read or parsed at all, in which case
-/// the caller keeps the file's previous objects.
-fn load_file(path: &Path, previous: &BTreeMap<ObjRef, Object>) -> Option<BTreeMap<ObjRef, Object>> {
-    let file = path.display();
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) => {
-            error!(%file, "cannot read manifest, keeping its previous objects: {e}");
-            return None;
-        }
-    };
-    let docs: Vec<Value> = if path.extension().is_some_and(|e| e == "json") {
-        serde_json::from_str::<Value>(&text)
-            .map(|v| vec![v])
-            .map_err(|e| e.to_string())
-    } else {
-        // The parser renders a source snippet below its first line; one log
-        // line per problem is what log pipelines expect.
-        serde_saphyr::from_multiple::<Value>(&text)
-            .map_err(|e| e.to_string().lines().next().unwrap_or_default().to_owned())
-    }
-    .inspect_err(|e| error!(%file, "not valid YAML or JSON, keeping its previous objects: {e}"))
-    .ok()?;
-
-    let mut objects = BTreeMap::new();
-    let mut queue: Vec<(String, Value)> = docs
-        .into_iter()
-        .enumerate()
-        .map(|(i, d)| (format!("document {i}"), d))
-        .collect();
-    queue.reverse();
-    while let Some((at, doc)) = queue.pop() {
-        if doc.is_null() {
-            continue;
-        }
-        let kind = doc
-            .get("kind")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_owned();
-        let api = doc
-            .get("apiVersion")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_owned();
-        if kind == "List" || kind.ends_with("List") {
-            if let Some(Value::Array(items)) = doc.get("items") {
-                for (j, item) in items.iter().enumerate().rev() {
-                    queue.push((format!("{at} items[{j}]"), item.clone()));
-                }
-            }
-            continue;
-        }
-        let kind = match (api.as_str(), kind.as_str()) {
-            ("v1", "Service") => Kind::Service,
-            ("discovery.k8s.io/v1", "EndpointSlice") => Kind::EndpointSlice,
-            _ => {
-                warn!(%file, %at, "unsupported object {api}/{kind}; only v1 Service and discovery.k8s.io/v1 EndpointSlice are read");
-                continue;
-            }
-        };
-        let meta = doc.get("metadata");
-        let field = |f: &str| {
-            meta.and_then(|m| m.get(f))
-                .and_then(Value::as_str)
-                .map(str::to_owned)
-        };
-        let name = field("name");
-        let r = name.map(|name| ObjRef {
-            kind,
-            namespace: field("namespace").unwrap_or_else(|| "default".to_owned()),
-            name,
-        });
-        let object = match kind {
-            Kind::Service => typed::<Service>(doc).and_then(|s| {
-                k8s::service(&s).map_err(|e| e.to_string()).map(|c| {
-                    for w in c.warnings {
-                        warn!(%file, object = %ObjRef { kind, namespace: c.value.id.namespace.clone(), name: c.value.id.name.clone() }, "{w}");
-                    }
-                    Object::Service(c.value)
-                })
-            }),
-            Kind::EndpointSlice => typed::<EndpointSlice>(doc).and_then(|s| {
-                match k8s::slice(&s).map_err(|e| e.to_string())? {
-                    SliceOutcome::Ipv4(c) => {
-                        for w in c.warnings {
-                            warn!(%file, object = %ObjRef { kind, namespace: c.value.id.namespace.clone(), name: c.value.id.name.clone() }, "{w}");
-                        }
-                        Ok(Object::Slice(c.value))
-                    }
-                    SliceOutcome::Ignored { reason } => {
-                        let object = r.as_ref().map_or_else(|| at.clone(), ToString::to_string);
-                        warn!(%file, %object, "EndpointSlice skipped: {reason}");
-                        Ok(Object::IgnoredSlice)
-                    }
-                }
-            }),
-        };
-        match (object, r) {
-            (Ok(obj), Some(r)) => {
-                objects.insert(r, obj);
-            }
-            (Ok(_), None) => error!(%file, %at, "metadata.name: is required"),
-            (Err(e), Some(r)) => match previous.get(&r) {
-                Some(prev) => {
-                    error!(%file, object = %r, "invalid, keeping its previous version: {e}");
-                    objects.insert(r, prev.clone());
-                }
-                None => error!(%file, object = %r, "invalid, skipped: {e}"),
-            },
-            (Err(e), None) => error!(%file, %at, "invalid, skipped: {e}"),
-        }
-    }
-    debug!(%file, objects = objects.len(), "manifest loaded");
-    Some(objects)
+/// What inotify told us since the last scan.
+#[derive(Default)]
+struct Pending {
+    paths: BTreeSet<PathBuf>,
+    full: bool,
 }
 
-/// Deserializes into a k8s-openapi type, naming the field that does not fit.
-fn typed<T: serde::de::DeserializeOwned>(doc: Value) -> Result<T, String> {
-    serde_path_to_error::deserialize(doc).map_err(|e| {
-        let path = e.path().to_string();
-        format!("{path}: {}", e.into_inner())
-    })
+impl Pending {
+    fn add(&mut self, dir: &Path, ev: notify::Result<notify::Event>) {
+        match ev {
+            Ok(ev) if !ev.need_rescan() && !ev.paths.is_empty() => {
+                for p in ev.paths {
+                    let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+                    if p.parent() == Some(dir) && is_manifest(&p) {
+                        self.paths.insert(p);
+                    } else if p.parent() != Some(dir) || name.starts_with("..") || p.is_dir() {
+                        // The directory itself, a ConfigMap volume swapping its
+                        // `..data` link, a subdirectory: look at everything.
+                        self.full = true;
+                    }
+                    // Anything else (editor swap files, temp files, other
+                    // extensions) cannot hold a manifest.
+                }
+            }
+            _ => self.full = true,
+        }
+    }
 }
 
 /// Watches `dir` and sends changes until the receiver goes away.
 pub async fn run(dir: PathBuf, tx: mpsc::Sender<SourceMsg>) -> Result<(), notify::Error> {
     use notify::{RecursiveMode, Watcher as _};
     let (ev_tx, mut ev_rx) = mpsc::unbounded_channel();
-    let mut watcher = notify::recommended_watcher(move |_res| {
-        let _ = ev_tx.send(());
+    let mut watcher = notify::recommended_watcher(move |ev| {
+        let _ = ev_tx.send(ev);
     })?;
     watcher.watch(&dir, RecursiveMode::NonRecursive)?;
 
     let mut md = ManifestDir::new(&dir);
     let first = md.scan().map_err(notify::Error::io)?;
-    info!(dir = %dir.display(), changes = first.len(), "manifests loaded");
-    if tx.send(SourceMsg::Changes(first)).await.is_err()
-        || tx.send(SourceMsg::Synced).await.is_err()
-    {
+    info!(dir = %dir.display(), changes = first.len(), clean = md.is_clean(), "manifests loaded");
+    let mut clean_sent = md.is_clean();
+    let synced = SourceMsg::Synced {
+        complete: clean_sent,
+    };
+    if tx.send(SourceMsg::Changes(first)).await.is_err() || tx.send(synced).await.is_err() {
         return Ok(());
     }
     let mut rescan = tokio::time::interval(RESCAN);
+    rescan.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     rescan.tick().await;
     loop {
+        let mut pending = Pending::default();
         tokio::select! {
             ev = ev_rx.recv() => {
-                if ev.is_none() {
-                    return Ok(());
-                }
+                let Some(ev) = ev else { return Ok(()) };
+                pending.add(&dir, ev);
                 tokio::time::sleep(DEBOUNCE).await;
-                while ev_rx.try_recv().is_ok() {}
+                while let Ok(ev) = ev_rx.try_recv() {
+                    pending.add(&dir, ev);
+                }
             }
-            _ = rescan.tick() => {}
+            _ = rescan.tick() => pending.full = true,
         }
-        match md.scan() {
+        let changes = if pending.full {
+            md.scan()
+        } else {
+            md.scan_paths(&pending.paths)
+        };
+        match changes {
             Ok(changes) if changes.is_empty() => {}
             Ok(changes) => {
                 if tx.send(SourceMsg::Changes(changes)).await.is_err() {
@@ -373,6 +330,12 @@ pub async fn run(dir: PathBuf, tx: mpsc::Sender<SourceMsg>) -> Result<(), notify
                 }
             }
             Err(e) => error!(dir = %dir.display(), "cannot scan manifests: {e}"),
+        }
+        if !clean_sent && md.is_clean() {
+            clean_sent = true;
+            if tx.send(SourceMsg::Synced { complete: true }).await.is_err() {
+                return Ok(());
+            }
         }
     }
 }

@@ -7,7 +7,11 @@ use crate::store::Change;
 #[derive(Debug)]
 pub enum SourceMsg {
     Changes(Vec<Change>),
-    /// Everything the source knew at start has been sent; frontends restored from
-    /// the maps that nobody claimed by now belong to deleted Services.
-    Synced,
+    /// Everything the source knew at start has been sent. When `complete`,
+    /// frontends restored from the maps that nobody claimed belong to deleted
+    /// Services. When not (some input failed to load, and may be what claims
+    /// them), they stay until the source says `complete: true`.
+    Synced {
+        complete: bool,
+    },
 }

@@ -105,6 +105,11 @@ pub struct Backend4 {
     pub proto: u8,
     /// `BACKEND_STATE_*`.
     pub state: u8,
+    /// Rev-NAT id of the frontend that owns this backend, host order. The
+    /// datapath only uses a backend whose owner matches the master it read, so
+    /// a reader racing with an id being freed and reused can never reach
+    /// another Service's backend.
+    pub rev_nat_id: u32,
 }
 
 /// Value of the rev-NAT map, keyed by a `u32` rev-NAT id (host order): the
@@ -174,7 +179,7 @@ mod tests {
     fn sizes_are_stable() {
         assert_eq!(size_of::<Service4Key>(), 12);
         assert_eq!(size_of::<Service4Value>(), 16);
-        assert_eq!(size_of::<Backend4>(), 8);
+        assert_eq!(size_of::<Backend4>(), 12);
         assert_eq!(size_of::<RevNat4>(), 8);
         assert_eq!(size_of::<RevSock4Key>(), 16);
         assert_eq!(size_of::<RevSock4Value>(), 12);

@@ -136,6 +136,11 @@ fn pick_in(key: &mut Service4Key, master: &Service4Value, roll: u32) -> Option<P
     let slot = unsafe { SERVICES4.get(*key) }?;
     // SAFETY: as above.
     let backend = unsafe { BACKENDS4.get(slot.backend_id) }?;
+    // The id may have been freed and handed to another frontend since we read
+    // the slot; only our own backend will do.
+    if backend.rev_nat_id != master.rev_nat_id {
+        return None;
+    }
     Some(Pick {
         addr: backend.addr,
         port: backend.port,

@@ -62,7 +62,17 @@ impl Agent {
             .create(true)
             .append(true)
             .open(&self.log)?;
-        let child = Command::new(bin("weir-agent"))
+        let mut cmd = Command::new(bin("weir-agent"));
+        // SAFETY: prctl is async-signal-safe. The kernel then kills the agent if
+        // the test process dies before its guards run.
+        unsafe {
+            use std::os::unix::process::CommandExt as _;
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let child = cmd
             .args(&self.args)
             .env("RUST_LOG", "info")
             .env("NO_COLOR", "1")

@@ -2,7 +2,16 @@
 //! ran: only resources with the harness's own prefixes are touched.
 use std::process::Command;
 
-use crate::topology::{CGROUP2, DIR_PREFIX, NETNS_PREFIX};
+use crate::topology::{DIR_PREFIX, NETNS_PREFIX, cgroup2_root};
+
+/// Whether a resource named `<prefix><pid>-…` belongs to a process that is gone.
+fn orphaned(name: &str, prefix: &str) -> bool {
+    let pid = name
+        .strip_prefix(prefix)
+        .and_then(|rest| rest.split('-').next())
+        .and_then(|p| p.parse::<u32>().ok());
+    pid.is_some_and(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists())
+}
 
 pub fn sweep() {
     let list = Command::new("ip").args(["netns", "list"]).output();
@@ -10,7 +19,7 @@ pub fn sweep() {
         .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
         .unwrap_or_default();
     for name in names.lines().filter_map(|l| l.split_whitespace().next()) {
-        if !name.starts_with(NETNS_PREFIX) {
+        if !orphaned(name, NETNS_PREFIX) {
             continue;
         }
         if let Ok(out) = Command::new("ip").args(["netns", "pids", name]).output() {
@@ -25,9 +34,9 @@ pub fn sweep() {
         eprintln!("sweep: removing leftover netns {name}");
         let _ = Command::new("ip").args(["netns", "del", name]).status();
     }
-    if let Ok(entries) = std::fs::read_dir(CGROUP2) {
+    if let Ok(entries) = cgroup2_root().and_then(|r| Ok(std::fs::read_dir(r)?)) {
         for e in entries.flatten() {
-            if e.file_name().to_string_lossy().starts_with(DIR_PREFIX) {
+            if orphaned(&e.file_name().to_string_lossy(), DIR_PREFIX) {
                 eprintln!("sweep: removing leftover cgroup {}", e.path().display());
                 crate::topology::Cgroup { path: e.path() }.kill_all();
                 let _ = std::fs::remove_dir(e.path());
@@ -36,14 +45,17 @@ pub fn sweep() {
     }
     let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
     let tmp = std::env::temp_dir();
+    let tmp_prefix = tmp.join(DIR_PREFIX).display().to_string();
     for m in mounts.lines().filter_map(|l| l.split_whitespace().nth(1)) {
-        if m.starts_with(&tmp.join(DIR_PREFIX).display().to_string()) {
+        if let Some(rest) = m.strip_prefix(&tmp_prefix)
+            && orphaned(rest, "")
+        {
             let _ = Command::new("umount").arg(m).status();
         }
     }
     if let Ok(entries) = std::fs::read_dir(&tmp) {
         for e in entries.flatten() {
-            if e.file_name().to_string_lossy().starts_with(DIR_PREFIX) {
+            if orphaned(&e.file_name().to_string_lossy(), DIR_PREFIX) {
                 let _ = std::fs::remove_dir_all(e.path());
             }
         }

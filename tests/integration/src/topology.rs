@@ -16,7 +16,21 @@ use crate::bin;
 pub const NETNS_PREFIX: &str = "wt-";
 /// Prefix of every cgroup and work directory the harness creates.
 pub const DIR_PREFIX: &str = "weir-test-";
-pub const CGROUP2: &str = "/sys/fs/cgroup/unified";
+/// Where cgroup v2 is mounted: `/sys/fs/cgroup` on unified hosts,
+/// `/sys/fs/cgroup/unified` on hybrid ones.
+pub fn cgroup2_root() -> Result<PathBuf> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo")?;
+    info.lines()
+        .find_map(|l| {
+            // Fields: … mount-point … " - " fstype source options.
+            let (pre, post) = l.split_once(" - ")?;
+            if post.split_whitespace().next()? != "cgroup2" {
+                return None;
+            }
+            pre.split_whitespace().nth(4).map(PathBuf::from)
+        })
+        .context("no cgroup2 mount: Weir's socket programs need cgroup v2")
+}
 pub const NODE_IP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 1);
 
 pub const BACKEND_TCP_PORT: u16 = 8080;
@@ -45,15 +59,16 @@ impl Topology {
     /// bpffs mount and an empty manifests directory.
     pub fn new(n: usize) -> Result<Self> {
         static NEXT: AtomicU32 = AtomicU32::new(0);
+        // The pid lets `sweep` tell a dead run's leftovers from a live run's.
         let id = format!(
-            "{:x}{}",
-            std::process::id() & 0xfff,
+            "{}-{}",
+            std::process::id(),
             NEXT.fetch_add(1, Ordering::Relaxed)
         );
         let dir = std::env::temp_dir().join(format!("{DIR_PREFIX}{id}"));
         std::fs::create_dir_all(dir.join("manifests"))?;
         let bpffs = Bpffs::mount(dir.join("bpf"))?;
-        let cgroup = Cgroup::create(Path::new(CGROUP2).join(format!("{DIR_PREFIX}{id}")))?;
+        let cgroup = Cgroup::create(cgroup2_root()?.join(format!("{DIR_PREFIX}{id}")))?;
         let node = Netns::create(format!("{NETNS_PREFIX}{id}-n"))?;
         node.sh("ip link set lo up && ip link add br0 type bridge && ip addr add 10.77.0.1/24 dev br0 && ip link set br0 up")?;
         let mut topo = Self {
@@ -96,20 +111,22 @@ impl Topology {
             "ip link set vb{k} master br0 && ip link set vb{k} up"
         ))?;
         ns.sh(&format!("ip link set lo up && ip addr add {ip}/24 dev eth0 && ip link set eth0 up && ip route add default via {NODE_IP}"))?;
-        let mut server = ns
+        let server = ns
             .command(&bin("weir-testsrv"))
             .args(["--name", &name])
             .stdout(Stdio::piped())
             .spawn()
             .context("starting weir-testsrv (build it: cargo build -p weir-integration --bins)")?;
+        // Owned before anything can fail, so drop kills it.
+        self.servers.push(server);
+        self.backends.push(Backend { name, ip, ns });
+        let server = self.servers.last_mut().expect("just pushed");
         let mut line = String::new();
         BufReader::new(server.stdout.take().context("server stdout")?).read_line(&mut line)?;
         ensure!(
             line.trim() == "ready",
-            "weir-testsrv for {name} did not start"
+            "weir-testsrv for be{k} did not start"
         );
-        self.servers.push(server);
-        self.backends.push(Backend { name, ip, ns });
         Ok(self.backends.last().expect("just pushed"))
     }
 
@@ -168,6 +185,16 @@ impl Drop for Topology {
         // Namespaces, the cgroup and the bpffs mount go with their guards; the
         // work directory last, once the mount below it is gone.
         self.backends.clear();
+    }
+}
+
+/// A child process killed on drop, for servers a test starts itself.
+pub struct ChildGuard(pub Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }
 

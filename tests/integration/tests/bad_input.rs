@@ -169,6 +169,16 @@ fn each_bad_input_is_named_and_isolated() -> Result<()> {
     Ok(())
 }
 
+/// Entries in a pinned map, read with bpftool rather than through the agent.
+fn map_len(topo: &Topology, map: &str) -> Result<usize> {
+    let out = std::process::Command::new("bpftool")
+        .args(["-j", "map", "dump", "pinned"])
+        .arg(topo.pin_dir().join("maps").join(map))
+        .output()?;
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    Ok(v.as_array().map_or(0, Vec::len))
+}
+
 #[test]
 fn a_full_map_fails_only_the_service_that_does_not_fit() -> Result<()> {
     let topo = Topology::new(3)?;
@@ -178,30 +188,35 @@ fn a_full_map_fails_only_the_service_that_does_not_fit() -> Result<()> {
         .map(|b| (b.ip, manifest::READY))
         .collect();
     // "a" needs 2 frontends × (master + 3 slots) = 8 services-map entries; so
-    // does "b". Room for 12 fits one of them.
-    topo.write_manifest("a.yaml", &manifest::service("a", "10.96.0.1"))?;
+    // does "b". Room for 12 fits one of them, plus b's two masters.
     topo.write_manifest("a-slice.yaml", &manifest::slice("a-1", "a", &eps))?;
+    topo.write_manifest("a.yaml", &manifest::service("a", "10.96.0.1"))?;
     let mut agent = Agent::start(&topo, &["--max-services", "12"])?;
-    topo.write_manifest("b.yaml", &manifest::service("b", "10.96.0.2"))?;
+    assert_eq!(map_len(&topo, weir_abi::MAP_SERVICES4)?, 8);
+    // The slice first, so b never exists without its endpoints.
     topo.write_manifest("b-slice.yaml", &manifest::slice("b-1", "b", &eps))?;
-    std::thread::sleep(Duration::from_millis(500));
+    topo.write_manifest("b.yaml", &manifest::service("b", "10.96.0.2"))?;
+    agent.wait_for(Duration::from_secs(5), |v| {
+        backends_of(v, "10.96.0.2", 80, "TCP").is_some()
+    })?;
     assert_logged(
         &agent.log_text(),
         &["default/b", "WEIR_SVC4", "--max-services"],
     );
+    // b is not half-written: its frontends hold a master each and nothing else,
+    // so its VIP refuses connections rather than leaking to the network.
     let views = agent.inspect()?;
-    assert!(
-        backends_of(&views, "10.96.0.2", 80, "TCP").is_none(),
-        "b is half-written: {views:#?}"
-    );
-    assert_eq!(topo.probe("tcp", "10.96.0.1:80", 30)?.ok, 30);
-    // b has a master nowhere, so nothing translates it.
+    assert_eq!(backends_of(&views, "10.96.0.2", 80, "TCP"), Some(vec![]));
+    assert_eq!(backends_of(&views, "10.96.0.2", 53, "UDP"), Some(vec![]));
+    assert_eq!(map_len(&topo, weir_abi::MAP_SERVICES4)?, 10);
     assert_eq!(
-        topo.probe("tcp", "10.96.0.2:80", 1)?
-            .errors
-            .get("ENETUNREACH"),
-        Some(&1)
+        map_len(&topo, weir_abi::MAP_BACKENDS4)?,
+        6,
+        "only a's backends"
     );
+    let p = topo.probe("tcp", "10.96.0.2:80", 5)?;
+    assert_eq!(p.errors.get("ECONNREFUSED"), Some(&5), "{p:?}");
+    assert_eq!(topo.probe("tcp", "10.96.0.1:80", 30)?.ok, 30);
 
     // Freeing room lets the retry program b without any change to b.
     topo.remove_manifest("a.yaml")?;

@@ -6,7 +6,9 @@ use std::{
 };
 
 use super::*;
-use crate::model::{EndpointSpec, Protocol, ServicePortSpec, SlicePortSpec};
+use crate::model::{
+    EndpointSpec, Protocol, ServicePortSpec, ServiceSpec, SlicePortSpec, SliceSpec,
+};
 
 /// A fresh directory under the system temp dir, removed on drop.
 struct TempDir(PathBuf);
