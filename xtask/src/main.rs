@@ -1,4 +1,5 @@
 //! `cargo xtask`: the only entry points a user or CI needs.
+mod bench;
 mod demo;
 mod setup;
 mod test;
@@ -20,6 +21,11 @@ enum Command {
     /// Build Weir and show a ClusterIP load balanced across backends in a throwaway
     /// namespace topology.
     Demo,
+    /// Benchmarks that print tables (see `cargo xtask bench --help`).
+    Bench {
+        #[command(subcommand)]
+        bench: bench::Bench,
+    },
     /// Run formatting and lint checks, unit tests and the privileged integration tests.
     Test {
         /// Only run integration tests whose name contains this.
@@ -34,6 +40,10 @@ fn main() -> anyhow::Result<()> {
         Command::Demo => {
             setup::run()?;
             demo::run()
+        }
+        Command::Bench { bench } => {
+            setup::run()?;
+            bench::run(bench)
         }
         Command::Test { filter } => {
             setup::run()?;

@@ -14,7 +14,7 @@
 mod parse;
 
 use std::{
-    collections::{BTreeMap, BTreeSet},
+    collections::{BTreeMap, BTreeSet, HashMap, HashSet},
     path::{Path, PathBuf},
     time::{Duration, SystemTime},
 };
@@ -55,7 +55,7 @@ struct FileState {
 #[derive(Debug)]
 pub struct ManifestDir {
     dir: PathBuf,
-    files: BTreeMap<PathBuf, FileState>,
+    files: HashMap<PathBuf, FileState>,
     /// Which files define each object, so resolving one object never walks
     /// every file.
     defined_in: BTreeMap<ObjRef, BTreeSet<PathBuf>>,
@@ -71,7 +71,7 @@ impl ManifestDir {
     pub fn new(dir: impl Into<PathBuf>) -> Self {
         Self {
             dir: dir.into(),
-            files: BTreeMap::new(),
+            files: HashMap::new(),
             defined_in: BTreeMap::new(),
         }
     }
@@ -93,44 +93,51 @@ impl ManifestDir {
     }
 
     fn scan_scope(&mut self, scope: Scope<'_>) -> std::io::Result<Vec<Change>> {
-        // path → its stamp now, or None when it is gone.
-        let mut candidates: BTreeMap<PathBuf, Option<Stamp>> = BTreeMap::new();
-        let force = matches!(scope, Scope::Paths(_));
+        // (path, its stamp now or None when it is gone), for files to re-read.
+        let mut candidates: Vec<(PathBuf, Option<Stamp>)> = Vec::new();
         match scope {
             Scope::All => {
+                let mut seen = HashSet::with_capacity(self.files.len());
                 for entry in std::fs::read_dir(&self.dir)? {
                     let path = entry?.path();
-                    if is_manifest(&path)
-                        && let Some(stamp) = stamp(&path)
-                    {
-                        candidates.insert(path, Some(stamp));
+                    if !is_manifest(&path) {
+                        continue;
                     }
+                    let Some(now) = stamp(&path) else {
+                        continue;
+                    };
+                    if self.files.get(&path).and_then(|f| f.stamp.as_ref()) != Some(&now) {
+                        candidates.push((path.clone(), Some(now)));
+                    }
+                    seen.insert(path);
                 }
-                for path in self.files.keys() {
-                    candidates.entry(path.clone()).or_insert(None);
+                for path in self.files.keys().filter(|p| !seen.contains(*p)) {
+                    candidates.push((path.clone(), None));
                 }
             }
+            // Named by inotify: re-read whatever the stamp says, as two writes
+            // within one timestamp tick can leave it unchanged.
             Scope::Paths(paths) => {
                 for path in paths.iter().filter(|p| is_manifest(p)) {
-                    candidates.insert(path.clone(), stamp(path));
+                    candidates.push((path.clone(), stamp(path)));
                 }
             }
         }
-        candidates.retain(|path, now| {
-            force || self.files.get(path).map(|f| f.stamp.as_ref()) != Some(now.as_ref())
-        });
         if candidates.is_empty() {
             return Ok(Vec::new());
         }
 
         // Only objects of the files that changed can change; resolve just those.
         let mut touched: BTreeSet<ObjRef> = BTreeSet::new();
-        for path in candidates.keys() {
+        for (path, _) in &candidates {
             if let Some(f) = self.files.get(path) {
                 touched.extend(f.objects.keys().cloned());
             }
         }
         let before = self.effective(&touched);
+        // Parse first, in parallel (a cold start reads every file), then fold
+        // the results in one at a time.
+        let mut parse_jobs = Vec::new();
         for (path, now) in candidates {
             let Some(now) = now else {
                 if let Some(old) = self.files.remove(&path) {
@@ -148,7 +155,12 @@ impl ManifestDir {
                 debug!(file = %path.display(), "manifest is empty, keeping its objects until it has content");
                 continue;
             }
-            match parse::parse_file(&path, &state.objects) {
+            parse_jobs.push(path);
+        }
+        let parsed = parse_all(&parse_jobs, &self.files);
+        for (path, result) in parse_jobs.into_iter().zip(parsed) {
+            let state = self.files.entry(path.clone()).or_default();
+            match result {
                 Ok(parsed) => {
                     let old = std::mem::replace(&mut state.objects, parsed.objects);
                     state.had_errors = parsed.had_errors;
@@ -198,6 +210,31 @@ impl ManifestDir {
         }
         out
     }
+}
+
+/// Parses `paths` on every core; results come back in the order of `paths`.
+fn parse_all(
+    paths: &[PathBuf],
+    files: &HashMap<PathBuf, FileState>,
+) -> Vec<Result<parse::Parsed, ManifestError>> {
+    let empty = BTreeMap::new();
+    let one = |p: &PathBuf| parse::parse_file(p, files.get(p).map_or(&empty, |f| &f.objects));
+    let threads = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+    // Threads only pay off for a batch, such as a cold start.
+    if threads < 2 || paths.len() < 64 {
+        return paths.iter().map(one).collect();
+    }
+    let chunk = paths.len().div_ceil(threads);
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = paths
+            .chunks(chunk)
+            .map(|part| scope.spawn(move || part.iter().map(one).collect::<Vec<_>>()))
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    })
 }
 
 /// The stamp of a manifest, following symlinks (ConfigMap volumes are links).
@@ -254,7 +291,7 @@ fn delete(r: &ObjRef) -> Change {
 }
 
 /// What inotify told us since the last scan.
-#[derive(Default)]
+#[derive(Debug, Default)]
 struct Pending {
     paths: BTreeSet<PathBuf>,
     full: bool,
@@ -262,7 +299,14 @@ struct Pending {
 
 impl Pending {
     fn add(&mut self, dir: &Path, ev: notify::Result<notify::Event>) {
+        use notify::event::{AccessKind, AccessMode, EventKind};
         match ev {
+            // Our own reads (opening the directory, reading files) come back as
+            // access events; reacting to them would rescan forever. Only a
+            // writer closing a file says something changed.
+            Ok(ev)
+                if matches!(ev.kind, EventKind::Access(_))
+                    && ev.kind != EventKind::Access(AccessKind::Close(AccessMode::Write)) => {}
             Ok(ev) if !ev.need_rescan() && !ev.paths.is_empty() => {
                 for p in ev.paths {
                     let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
@@ -317,6 +361,14 @@ pub async fn run(dir: PathBuf, tx: mpsc::Sender<SourceMsg>) -> Result<(), notify
             }
             _ = rescan.tick() => pending.full = true,
         }
+        if !pending.full && pending.paths.is_empty() {
+            continue;
+        }
+        debug!(
+            full = pending.full,
+            files = pending.paths.len(),
+            "rescanning manifests"
+        );
         let changes = if pending.full {
             md.scan()
         } else {

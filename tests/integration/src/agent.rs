@@ -35,22 +35,39 @@ pub struct BackendView {
 }
 
 impl Agent {
-    /// Starts the agent and waits for its first full sync.
+    /// Starts the agent on a topology and waits for its first full sync.
     pub fn start(topo: &Topology, extra: &[&str]) -> Result<Self> {
+        Self::start_with(
+            &topo.manifests,
+            &topo.cgroup.path,
+            &topo.pin_dir(),
+            topo.dir.join("agent.log"),
+            extra,
+        )
+    }
+
+    /// Starts the agent on explicit paths and waits for its first full sync.
+    pub fn start_with(
+        manifests: &std::path::Path,
+        cgroup: &std::path::Path,
+        pin_dir: &std::path::Path,
+        log: std::path::PathBuf,
+        extra: &[&str],
+    ) -> Result<Self> {
         let mut args: Vec<String> = vec![
             "--manifests".into(),
-            topo.manifests.display().to_string(),
+            manifests.display().to_string(),
             "--cgroup".into(),
-            topo.cgroup.path.display().to_string(),
+            cgroup.display().to_string(),
             "--bpffs".into(),
-            topo.pin_dir().display().to_string(),
+            pin_dir.display().to_string(),
         ];
         args.extend(extra.iter().map(|s| (*s).to_owned()));
         let mut agent = Self {
             child: None,
             args,
-            log: topo.dir.join("agent.log"),
-            pin_dir: topo.pin_dir(),
+            log,
+            pin_dir: pin_dir.to_path_buf(),
         };
         agent.spawn()?;
         Ok(agent)
@@ -81,7 +98,8 @@ impl Agent {
             .spawn()
             .context("starting weir-agent (build it: cargo build -p weir-agent)")?;
         self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(20);
+        // Generous: at 100,000 Services the first sync takes a while.
+        let deadline = Instant::now() + Duration::from_secs(300);
         while Instant::now() < deadline {
             if self.log_text()[before..].contains("initial sync complete") {
                 return Ok(());

@@ -371,3 +371,68 @@ fn a_bad_address_costs_only_that_address() {
         ))]
     );
 }
+
+#[test]
+fn our_own_reads_do_not_trigger_rescans_but_writes_do() {
+    use notify::event::{
+        AccessKind, AccessMode, CreateKind, Event, EventKind, ModifyKind, RenameMode,
+    };
+    let dir = PathBuf::from("/m");
+    let ev = |kind, paths: &[&str]| {
+        let mut e = Event::new(kind);
+        for p in paths {
+            e = e.add_path(PathBuf::from(p));
+        }
+        Ok(e)
+    };
+    let mut p = Pending::default();
+    // Reading the directory and its files, as every scan does.
+    p.add(
+        &dir,
+        ev(
+            EventKind::Access(AccessKind::Open(AccessMode::Any)),
+            &["/m"],
+        ),
+    );
+    p.add(
+        &dir,
+        ev(EventKind::Access(AccessKind::Read), &["/m/a.yaml"]),
+    );
+    p.add(
+        &dir,
+        ev(
+            EventKind::Access(AccessKind::Close(AccessMode::Read)),
+            &["/m/a.yaml"],
+        ),
+    );
+    // An editor's temp file is no manifest.
+    p.add(
+        &dir,
+        ev(EventKind::Create(CreateKind::File), &["/m/.a.yaml.tmp"]),
+    );
+    assert!(!p.full && p.paths.is_empty(), "{p:?}");
+
+    p.add(
+        &dir,
+        ev(
+            EventKind::Modify(ModifyKind::Name(RenameMode::Both)),
+            &["/m/.a.yaml.tmp", "/m/a.yaml"],
+        ),
+    );
+    p.add(
+        &dir,
+        ev(
+            EventKind::Access(AccessKind::Close(AccessMode::Write)),
+            &["/m/b.yml"],
+        ),
+    );
+    assert!(!p.full, "{p:?}");
+    assert_eq!(
+        p.paths.iter().collect::<Vec<_>>(),
+        [&PathBuf::from("/m/a.yaml"), &PathBuf::from("/m/b.yml")]
+    );
+
+    // A ConfigMap volume swapping its data link needs a full look.
+    p.add(&dir, ev(EventKind::Create(CreateKind::Any), &["/m/..data"]));
+    assert!(p.full);
+}

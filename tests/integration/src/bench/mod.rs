@@ -1,3 +1,9 @@
-//! `cargo xtask bench datapath`: Weir against kube-proxy's iptables and nftables
-//! modes, programmed with the same Services. See README.md beside this file.
+//! `cargo xtask bench`: the datapath bench (Weir against kube-proxy's rulesets
+//! and direct connections) and the control-plane scale bench. See README.md.
+pub mod datapath;
+pub mod lab;
+pub mod maps;
+pub mod record;
+pub mod report;
 pub mod rules;
+pub mod scale;

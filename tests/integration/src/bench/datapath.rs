@@ -1,0 +1,589 @@
+//! `cargo xtask bench datapath`: the same N Services × M endpoints programmed
+//! into each dataplane, each in its own lab, measured in turns so machine drift
+//! touches every dataplane alike.
+use std::{
+    collections::BTreeMap,
+    fmt::Write as _,
+    net::Ipv4Addr,
+    path::{Path, PathBuf},
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, bail};
+use serde::Deserialize;
+
+use super::{
+    lab::{self, BACKEND_PORT, BACKEND_UDP_PORT, Lab},
+    maps::ServicesMap,
+    record::{self, Record},
+    rules::{self, Ipv4Cidr, Proto, Svc, Sync, Variant},
+};
+use crate::{Agent, bin, topology::Bpffs};
+
+#[derive(Clone, Debug)]
+pub struct DatapathOptions {
+    pub services: Vec<u32>,
+    pub endpoints: u32,
+    pub reps: u32,
+    pub duration_ms: u64,
+    pub warmup_ms: u64,
+    pub threads: u32,
+    /// Endpoint changes timed per dataplane and N.
+    pub updates: u32,
+    /// A ruleset that takes longer than this to load is reported as skipped.
+    pub load_timeout: Duration,
+}
+
+impl DatapathOptions {
+    pub fn full() -> Self {
+        Self {
+            services: vec![1, 1_000, 10_000, 50_000, 100_000],
+            endpoints: 2,
+            reps: 3,
+            duration_ms: 3_000,
+            warmup_ms: 1_000,
+            threads: 4,
+            updates: 5,
+            load_timeout: Duration::from_secs(900),
+        }
+    }
+
+    pub fn quick() -> Self {
+        Self {
+            services: vec![1, 1_000, 10_000],
+            reps: 1,
+            duration_ms: 1_000,
+            warmup_ms: 300,
+            updates: 3,
+            load_timeout: Duration::from_secs(120),
+            ..Self::full()
+        }
+    }
+
+    /// For the harness's own test: every output, in seconds.
+    pub fn tiny() -> Self {
+        Self {
+            services: vec![10],
+            reps: 1,
+            duration_ms: 300,
+            warmup_ms: 100,
+            updates: 2,
+            load_timeout: Duration::from_secs(60),
+            ..Self::full()
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Direct,
+    WeirSocket,
+    Iptables(Variant),
+    Nftables,
+}
+
+impl Kind {
+    const ALL: [Self; 5] = [
+        Self::Direct,
+        Self::WeirSocket,
+        Self::Iptables(Variant::Legacy),
+        Self::Iptables(Variant::Nft),
+        Self::Nftables,
+    ];
+
+    fn dataplane(self) -> (&'static str, Option<&'static str>) {
+        match self {
+            Self::Direct => (record::DIRECT, None),
+            Self::WeirSocket => (record::WEIR_SOCKET, None),
+            Self::Iptables(Variant::Legacy) => (record::IPTABLES, Some("legacy")),
+            Self::Iptables(Variant::Nft) => (record::IPTABLES, Some("nft")),
+            Self::Nftables => (record::NFTABLES, None),
+        }
+    }
+
+    fn label(self) -> String {
+        match self.dataplane() {
+            (d, Some(v)) => format!("{d}-{v}"),
+            (d, None) => d.to_owned(),
+        }
+    }
+}
+
+/// Weir's agent and its private bpffs, for the socket-LB lab.
+struct WeirState {
+    bpffs: Bpffs,
+    manifests: PathBuf,
+    agent: Option<Agent>,
+}
+
+struct Contender {
+    kind: Kind,
+    lab: Lab,
+    weir: Option<WeirState>,
+    /// Why this dataplane has no numbers at the current N.
+    skipped: Option<String>,
+}
+
+/// Samples of one (contender, N) pair, by metric.
+type Samples = BTreeMap<(&'static str, &'static str), Vec<f64>>;
+
+#[derive(Deserialize)]
+struct LoadReport {
+    requests: u64,
+    #[serde(default)]
+    errors: BTreeMap<String, u64>,
+    rate_per_s: f64,
+    latency_us: Latency,
+    client_cpu_s: f64,
+    softirq_s: Option<f64>,
+}
+
+#[derive(Deserialize)]
+struct Latency {
+    p50: f64,
+    p99: f64,
+}
+
+/// The pod network: kube-proxy masquerades Service traffic from outside it,
+/// and the labs' clients and backends are inside, as pods are.
+fn cluster_cidr() -> Ipv4Cidr {
+    Ipv4Cidr::new(Ipv4Addr::new(10, 64, 0, 0), 10).expect("valid prefix")
+}
+
+const UDP_VIP: Ipv4Addr = Ipv4Addr::new(10, 111, 255, 253);
+
+pub fn run(opts: &DatapathOptions, work: &Path) -> Result<(Vec<Record>, Vec<String>)> {
+    std::fs::create_dir_all(work)?;
+    let mut notes = vec![
+        "weir-tc (per-packet TC datapath) is not measured: it does not exist until the packet-datapath issue lands.".to_owned(),
+    ];
+    let mut contenders = Vec::new();
+    for kind in Kind::ALL {
+        let lab = Lab::new(&kind.label(), opts.endpoints)?;
+        let weir = if kind == Kind::WeirSocket {
+            let dir = work.join("weir");
+            std::fs::create_dir_all(dir.join("manifests"))?;
+            Some(WeirState {
+                bpffs: Bpffs::mount(dir.join("bpf"))?,
+                manifests: dir.join("manifests"),
+                agent: None,
+            })
+        } else {
+            None
+        };
+        contenders.push(Contender {
+            kind,
+            lab,
+            weir,
+            skipped: None,
+        });
+    }
+    let endpoints: Vec<(Ipv4Addr, u16)> = contenders[0]
+        .lab
+        .backends
+        .iter()
+        .map(|&ip| (ip, BACKEND_PORT))
+        .collect();
+
+    let mut records = Vec::new();
+    for &n in &opts.services {
+        let mut svcs = rules::synthetic(n as usize, &endpoints);
+        let last = svcs.last().context("at least one Service")?.vip;
+        svcs.push(Svc {
+            namespace: "bench".into(),
+            name: "dns".into(),
+            port_name: "dns".into(),
+            vip: UDP_VIP,
+            port: 53,
+            proto: Proto::Udp,
+            endpoints: endpoints
+                .iter()
+                .map(|&(ip, _)| (ip, BACKEND_UDP_PORT))
+                .collect(),
+        });
+        let random = work.join(format!("targets-{n}"));
+        lab::write_targets(
+            &random,
+            svcs.iter()
+                .filter(|s| s.proto == Proto::Tcp)
+                .map(|s| format!("{}:{}", s.vip, s.port)),
+        )?;
+
+        let mut samples: Vec<Samples> = vec![Samples::new(); contenders.len()];
+        for (c, s) in contenders.iter_mut().zip(&mut samples) {
+            c.skipped = None;
+            eprintln!("bench: programming {} with {n} Services", c.kind.label());
+            match program(c, &svcs, opts) {
+                Ok(Some(t)) => push(s, "cold_sync", "s", t.as_secs_f64()),
+                Ok(None) => {}
+                Err(e) => {
+                    let why = format!("{} at {n} Services skipped: {e:#}", c.kind.label());
+                    eprintln!("bench: {why}");
+                    notes.push(why.clone());
+                    c.skipped = Some(why);
+                    continue;
+                }
+            }
+            for u in 0..opts.updates {
+                match update(c, &svcs, u) {
+                    Ok(Some(t)) => push(s, "update_latency", "ms", t.as_secs_f64() * 1e3),
+                    Ok(None) => break,
+                    Err(e) => {
+                        notes.push(format!("{} at {n}: update failed: {e:#}", c.kind.label()));
+                        break;
+                    }
+                }
+            }
+        }
+
+        // Warm every lab once (caches, conntrack, ARP), then measure in turns.
+        for c in contenders.iter().filter(|c| c.skipped.is_none()) {
+            let _ = loadgen(c, opts, "crr", &service_target(c, last), 300);
+        }
+        for rep in 0..opts.reps {
+            for (c, s) in contenders.iter().zip(&mut samples) {
+                if c.skipped.is_some() {
+                    continue;
+                }
+                eprintln!(
+                    "bench: N={n} rep {}/{} {}",
+                    rep + 1,
+                    opts.reps,
+                    c.kind.label()
+                );
+                measure(c, opts, n, last, &random, s, &mut notes)?;
+            }
+        }
+        for (c, s) in contenders.iter().zip(&samples) {
+            if let Some(w) = &c.weir
+                && let Some(pid) = w.agent.as_ref().and_then(Agent::pid)
+                && c.skipped.is_none()
+            {
+                let (rss, cpu) = proc_usage(pid)?;
+                let mut s = s.clone();
+                push(&mut s, "agent_rss", "MiB", rss);
+                push(&mut s, "agent_cpu", "s", cpu);
+                emit(&mut records, c.kind, n, opts.endpoints, &s);
+            } else {
+                emit(&mut records, c.kind, n, opts.endpoints, s);
+            }
+        }
+    }
+    for c in &mut contenders {
+        if let Some(w) = &mut c.weir
+            && let Some(mut a) = w.agent.take()
+        {
+            a.stop(libc::SIGTERM)?;
+            cleanup_weir(w)?;
+        }
+    }
+    Ok((records, notes))
+}
+
+fn push(s: &mut Samples, metric: &'static str, unit: &'static str, v: f64) {
+    s.entry((metric, unit)).or_default().push(v);
+}
+
+fn emit(records: &mut Vec<Record>, kind: Kind, n: u32, m: u32, s: &Samples) {
+    let (dataplane, variant) = kind.dataplane();
+    for ((metric, unit), v) in s {
+        let (median, min, max) = record::summarize(v);
+        records.push(Record {
+            dataplane: dataplane.to_owned(),
+            variant: variant.map(str::to_owned),
+            services: n,
+            endpoints: m,
+            metric: (*metric).to_owned(),
+            unit: (*unit).to_owned(),
+            median,
+            min,
+            max,
+        });
+    }
+}
+
+/// Programs `svcs` into the contender from scratch; returns how long that
+/// took (`None` for direct, which has nothing to program).
+fn program(c: &mut Contender, svcs: &[Svc], opts: &DatapathOptions) -> Result<Option<Duration>> {
+    let netns = c.lab.node_path();
+    match c.kind {
+        Kind::Direct => Ok(None),
+        Kind::Iptables(variant) => {
+            rules::flush_iptables(&netns, variant)?;
+            let input = rules::iptables_restore_input(svcs, cluster_cidr());
+            timed(opts.load_timeout, || {
+                Ok(rules::load_iptables(&netns, variant, &input)?)
+            })
+            .map(Some)
+        }
+        Kind::Nftables => {
+            rules::flush_nft(&netns)?;
+            let input = rules::nft_input(svcs, cluster_cidr());
+            timed(opts.load_timeout, || Ok(rules::load_nft(&netns, &input)?)).map(Some)
+        }
+        Kind::WeirSocket => {
+            let w = c.weir.as_mut().context("weir state")?;
+            if let Some(mut a) = w.agent.take() {
+                a.stop(libc::SIGTERM)?;
+            }
+            cleanup_weir(w)?;
+            write_manifests(&w.manifests, svcs)?;
+            let m = svcs.iter().map(|s| s.endpoints.len() + 1).sum::<usize>() + 1024;
+            let b = svcs.iter().map(|s| s.endpoints.len()).sum::<usize>() + 1024;
+            let (max_s, max_b) = (m.to_string(), b.to_string());
+            let t = Instant::now();
+            let agent = Agent::start_with(
+                &w.manifests,
+                &c.lab.cgroup.path,
+                &w.bpffs.dir.join("weir"),
+                w.bpffs
+                    .dir
+                    .parent()
+                    .unwrap_or(&w.bpffs.dir)
+                    .join("agent.log"),
+                &["--max-services", &max_s, "--max-backends", &max_b],
+            )?;
+            let took = t.elapsed();
+            w.agent = Some(agent);
+            Ok(Some(took))
+        }
+    }
+}
+
+/// Runs `f`, failing if it takes longer than `limit` (it is not interrupted:
+/// the tools it runs have no safe way to be, so the limit is checked after).
+fn timed(limit: Duration, f: impl FnOnce() -> Result<()>) -> Result<Duration> {
+    let t = Instant::now();
+    f()?;
+    let took = t.elapsed();
+    if took > limit {
+        bail!("loading took {took:?}, more than the {limit:?} limit");
+    }
+    Ok(took)
+}
+
+fn cleanup_weir(w: &WeirState) -> Result<()> {
+    let out = Command::new(bin("weir-agent"))
+        .args(["cleanup", "--bpffs"])
+        .arg(w.bpffs.dir.join("weir"))
+        .output()?;
+    if !out.status.success() {
+        bail!(
+            "weir-agent cleanup: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    for e in std::fs::read_dir(&w.manifests)? {
+        std::fs::remove_file(e?.path())?;
+    }
+    Ok(())
+}
+
+/// One manifest file per Service, as a GitOps tree would hold them.
+fn write_manifests(dir: &Path, svcs: &[Svc]) -> Result<()> {
+    let mut text = String::new();
+    for (i, s) in svcs.iter().enumerate() {
+        text.clear();
+        manifest_text(&mut text, s, &s.endpoints);
+        std::fs::write(dir.join(format!("svc-{i:06}.yaml")), &text)?;
+    }
+    Ok(())
+}
+
+fn manifest_text(out: &mut String, s: &Svc, endpoints: &[(Ipv4Addr, u16)]) {
+    let proto = match s.proto {
+        Proto::Tcp => "TCP",
+        Proto::Udp => "UDP",
+    };
+    let port = endpoints.first().map_or(s.port, |e| e.1);
+    let _ = write!(
+        out,
+        "apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  clusterIP: {vip}\n  ports: [{{name: {pn}, port: {p}, protocol: {proto}}}]\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: {name}-1\n  namespace: {ns}\n  labels: {{kubernetes.io/service-name: {name}}}\naddressType: IPv4\nports: [{{name: {pn}, port: {port}, protocol: {proto}}}]\nendpoints:\n",
+        name = s.name,
+        ns = s.namespace,
+        vip = s.vip,
+        pn = s.port_name,
+        p = s.port,
+    );
+    for (ip, _) in endpoints {
+        let _ = writeln!(out, "- addresses: [\"{ip}\"]");
+    }
+}
+
+/// Times one endpoint change of the last TCP Service: the first endpoint is
+/// dropped on even rounds and restored on odd ones. `None` when the dataplane
+/// has no control plane to time.
+fn update(c: &mut Contender, svcs: &[Svc], round: u32) -> Result<Option<Duration>> {
+    let idx = svcs
+        .iter()
+        .rposition(|s| s.proto == Proto::Tcp)
+        .context("a TCP Service")?;
+    let full = &svcs[idx];
+    let mut shrunk = full.clone();
+    shrunk.endpoints.remove(0);
+    let (old, new) = if round.is_multiple_of(2) {
+        (full, &shrunk)
+    } else {
+        (&shrunk, full)
+    };
+    let mut after = svcs.to_vec();
+    after[idx] = new.clone();
+    let netns = c.lab.node_path();
+    match c.kind {
+        Kind::Direct => return Ok(None),
+        Kind::Iptables(variant) => {
+            // kube-proxy's default since 1.27: only the changed Service's
+            // chains, but still every rule of KUBE-SERVICES.
+            let input = rules::iptables_update_input(&after, cluster_cidr(), old, Sync::Partial);
+            let started = Instant::now();
+            rules::load_iptables(&netns, variant, &input)?;
+            return Ok(Some(started.elapsed()));
+        }
+        Kind::Nftables => {
+            let input = rules::nft_endpoint_update(old, new, cluster_cidr());
+            let started = Instant::now();
+            rules::load_nft(&netns, &input)?;
+            return Ok(Some(started.elapsed()));
+        }
+        Kind::WeirSocket => {}
+    }
+    let w = c.weir.as_ref().context("weir state")?;
+    let map = ServicesMap::open(&w.bpffs.dir.join("weir"))?;
+    let mut text = String::new();
+    manifest_text(&mut text, new, &new.endpoints);
+    let file = w.manifests.join(format!("svc-{idx:06}.yaml"));
+    let tmp = w.manifests.join(format!(".svc-{idx:06}.yaml.tmp"));
+    std::fs::write(&tmp, &text)?;
+    let started_write = Instant::now();
+    std::fs::rename(&tmp, &file)?;
+    let count = u16::try_from(new.endpoints.len())?;
+    Ok(Some(map.wait_count(
+        new.vip,
+        new.port,
+        count,
+        started_write,
+        Duration::from_secs(30),
+    )?))
+}
+
+enum Target<'a> {
+    One(Ipv4Addr, u16),
+    Random(&'a Path),
+}
+
+fn loadgen(
+    c: &Contender,
+    opts: &DatapathOptions,
+    mode: &str,
+    target: &Target<'_>,
+    ms: u64,
+) -> Result<LoadReport> {
+    let mut cmd = c.lab.loadgen();
+    cmd.args(["--mode", mode, "--threads", &opts.threads.to_string()])
+        .args([
+            "--duration-ms",
+            &ms.to_string(),
+            "--warmup-ms",
+            &opts.warmup_ms.to_string(),
+        ]);
+    match target {
+        Target::One(ip, port) => cmd.args(["--target", &format!("{ip}:{port}")]),
+        Target::Random(file) => cmd.arg("--targets").arg(file).args(["--pick", "random"]),
+    };
+    let out = cmd.output()?;
+    serde_json::from_slice(&out.stdout).with_context(|| {
+        format!(
+            "weir-loadgen in {}: {}",
+            c.kind.label(),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// The last Service's VIP, or for direct, which has no Service, the backend
+/// itself: the physical limit every ratio is taken against.
+fn service_target(c: &Contender, last: Ipv4Addr) -> Target<'static> {
+    if c.kind == Kind::Direct {
+        Target::One(c.lab.backends[0], BACKEND_PORT)
+    } else {
+        Target::One(last, 80)
+    }
+}
+
+/// One round of every traffic metric for one contender.
+fn measure(
+    c: &Contender,
+    opts: &DatapathOptions,
+    n: u32,
+    last: Ipv4Addr,
+    random: &Path,
+    s: &mut Samples,
+    notes: &mut Vec<String>,
+) -> Result<()> {
+    let d = opts.duration_ms;
+    let direct_target = Target::One(c.lab.backends[0], BACKEND_PORT);
+    let svc_last = service_target(c, last);
+    let svc_random = (c.kind != Kind::Direct && n > 1).then_some(Target::Random(random));
+    let mut check = |what: &str, r: &LoadReport| {
+        let errors: u64 = r.errors.values().sum();
+        if errors > 0 || r.requests == 0 {
+            notes.push(format!(
+                "{} at {n} Services, {what}: {} requests, errors {:?}",
+                c.kind.label(),
+                r.requests,
+                r.errors
+            ));
+        }
+    };
+    let r = loadgen(c, opts, "crr", &svc_last, d)?;
+    check("crr", &r);
+    push(s, "crr_rate_last", "conn/s", r.rate_per_s);
+    push(s, "crr_p50_last", "us", r.latency_us.p50);
+    push(s, "crr_p99_last", "us", r.latency_us.p99);
+    if r.requests > 0 {
+        let cpu = r.client_cpu_s + r.softirq_s.unwrap_or(0.0);
+        push(s, "cpu_per_conn", "us", cpu / r.requests as f64 * 1e6);
+    }
+    if let Some(t) = &svc_random {
+        let r = loadgen(c, opts, "crr", t, d)?;
+        check("crr random", &r);
+        push(s, "crr_rate_random", "conn/s", r.rate_per_s);
+        push(s, "crr_p99_random", "us", r.latency_us.p99);
+    }
+    let r = loadgen(c, opts, "rr", &svc_last, d)?;
+    check("rr", &r);
+    push(s, "rr_p50", "us", r.latency_us.p50);
+    push(s, "rr_p99", "us", r.latency_us.p99);
+    let udp = if c.kind == Kind::Direct {
+        Target::One(c.lab.backends[0], BACKEND_UDP_PORT)
+    } else {
+        Target::One(UDP_VIP, 53)
+    };
+    let r = loadgen(c, opts, "udp", &udp, d)?;
+    check("udp", &r);
+    push(s, "udp_rate", "req/s", r.rate_per_s);
+    let r = loadgen(c, opts, "crr", &direct_target, d)?;
+    check("unrelated crr", &r);
+    push(s, "unrelated_crr_rate", "conn/s", r.rate_per_s);
+    Ok(())
+}
+
+/// RSS (MiB) and CPU time (s) of a process.
+fn proc_usage(pid: u32) -> Result<(f64, f64)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let rss_kb: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .context("VmRSS")?;
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // Fields after the parenthesised command: utime and stime are 14th and 15th.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f.get(11).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0)
+        + f.get(12).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    Ok((rss_kb / 1024.0, ticks / hz))
+}

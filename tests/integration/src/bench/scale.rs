@@ -1,0 +1,498 @@
+//! `cargo xtask bench scale`: the control plane at scale. N Services × M
+//! endpoints as manifest files, `weir-agent` in standalone mode on a private
+//! bpffs and a child cgroup; no traffic is sent. Measures the cold sync, the
+//! latency of single endpoint changes (file rename → master entry in the
+//! pinned map), the agent's memory and CPU, and `inspect services`.
+//!
+//! Setting `WEIR_SCALE_PERF=FILE` attaches `perf record` (arguments from
+//! `WEIR_SCALE_PERF_ARGS`, default `-g`) to the agent from spawn to the end of
+//! the first sync; the numbers of such a run include perf's overhead.
+mod agent;
+
+use std::{
+    collections::HashMap,
+    io::Read as _,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    sync::atomic::{AtomicU32, Ordering},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, bail, ensure};
+
+use self::agent::AgentProc;
+use super::{
+    maps::ServicesMap,
+    record::{Record, WEIR_SOCKET},
+    rules::{self, Svc},
+};
+use crate::{
+    bin,
+    topology::{Bpffs, Cgroup, ChildGuard, DIR_PREFIX, cgroup2_root},
+};
+
+pub const COLD_SYNC: &str = "cold_sync";
+pub const CHANGE_LATENCY_P50: &str = "change_latency_p50";
+pub const CHANGE_LATENCY_P99: &str = "change_latency_p99";
+pub const CHANGE_LATENCY_MAX: &str = "change_latency_max";
+pub const AGENT_RSS: &str = "agent_rss";
+pub const AGENT_CPU: &str = "agent_cpu";
+pub const INSPECT_TIME: &str = "inspect_time";
+/// Every metric a run records, in order.
+pub const METRICS: [&str; 7] = [
+    COLD_SYNC,
+    CHANGE_LATENCY_P50,
+    CHANGE_LATENCY_P99,
+    CHANGE_LATENCY_MAX,
+    AGENT_RSS,
+    AGENT_CPU,
+    INSPECT_TIME,
+];
+
+/// Targets the notes compare against (100k Services × 10 endpoints).
+const TARGET_COLD_SYNC_S: f64 = 2.0;
+const TARGET_CHANGE_P99_MS: f64 = 5.0;
+const TARGET_RSS_MB: f64 = 200.0;
+
+/// A change that has not reached the map by then counts as failed.
+const CHANGE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Endpoint addresses come from 10.128.0.0/9: Service `i` owns
+/// `POD_BASE + i*M .. + M`, endpoints added later take the addresses after all
+/// of those, so no two endpoints ever share an address.
+const POD_BASE: u32 = u32::from_be_bytes([10, 128, 0, 0]);
+const POD_SPACE: u64 = 1 << 23;
+const SERVICE_PORT: u16 = 80;
+
+pub struct ScaleOptions {
+    pub services: u32,
+    pub endpoints: u32,
+    pub changes: u32,
+}
+
+/// Runs the bench once; returns one record per metric and notes on the targets.
+pub fn run(opts: &ScaleOptions) -> Result<(Vec<Record>, Vec<String>)> {
+    let (n, m) = (opts.services, opts.endpoints);
+    ensure!(n > 0 && m > 0, "need at least one Service and one endpoint");
+    ensure!(
+        u64::from(n) * u64::from(m) + u64::from(opts.changes) <= POD_SPACE,
+        "{n} × {m} endpoints do not fit 10.128.0.0/9"
+    );
+    ensure!(
+        u64::from(m) + u64::from(opts.changes) < u64::from(u16::MAX),
+        "{m} endpoints plus {} changes may not fit a master entry's count",
+        opts.changes
+    );
+    let mut notes = Vec::new();
+    let mut records = Vec::new();
+    let mut record = |metric: &str, unit: &str, value: f64| {
+        records.push(Record {
+            dataplane: WEIR_SOCKET.to_owned(),
+            variant: None,
+            services: n,
+            endpoints: m,
+            metric: metric.to_owned(),
+            unit: unit.to_owned(),
+            median: value,
+            min: value,
+            max: value,
+        });
+    };
+
+    // Guards drop in reverse: the agent, the cgroup, the bpffs (which removes
+    // the work directory once unmounted), the work directory if no mount was.
+    let work = WorkDir::create()?;
+    let manifests = work.path.join("manifests");
+    std::fs::create_dir(&manifests)?;
+    let svcs = rules::synthetic(n as usize, &[]);
+    let started = Instant::now();
+    generate(&manifests, &svcs, m)?;
+    notes.push(format!(
+        "generated {n} manifest files ({m} endpoints each) in {:.2} s",
+        started.elapsed().as_secs_f64()
+    ));
+    let bpffs = Bpffs::mount(work.path.join("bpf"))?;
+    let pins = bpffs.dir.join("weir");
+    let cgroup = Cgroup::create(cgroup2_root()?.join(&work.name))?;
+
+    // Room for the endpoints the changes add, and hash-map headroom.
+    let slack = u64::from(opts.changes) + 1024;
+    let capacity = |per_service: u32| {
+        u32::try_from(u64::from(n) * u64::from(per_service) * 17 / 16 + slack)
+            .context("map capacity overflows u32")
+    };
+    let mut agent = AgentProc::spawn(agent::Options {
+        manifests: &manifests,
+        cgroup: &cgroup.path,
+        pins: &pins,
+        max_services: capacity(m + 1)?,
+        max_backends: capacity(m)?,
+        log: work.path.join("agent.log"),
+    })?;
+
+    // 1. Cold start.
+    let sync =
+        agent.wait_sync(Duration::from_secs(60) + Duration::from_millis(u64::from(n) * 2))?;
+    let (rss_kib, hwm_kib) = agent.memory_kib()?;
+    let cpu = agent.cpu_seconds()?;
+    let cold = sync.cold.as_secs_f64();
+    let rss = rss_kib as f64 / 1024.0;
+    record(COLD_SYNC, "s", cold);
+    record(AGENT_RSS, "MiB", rss);
+    record(AGENT_CPU, "s", cpu);
+    let mut phases = sync.phases;
+    phases.push(format!(
+        "initial sync complete at {cold:.3} s ({})",
+        sync.fields
+    ));
+    notes.push(format!("agent cold start: {}", phases.join(", ")));
+    notes.push(format!(
+        "agent after sync: VmRSS {rss:.1} MiB, VmHWM {:.1} MiB, {cpu:.2} s CPU (user+system)",
+        hwm_kib as f64 / 1024.0
+    ));
+    if sync.profiled {
+        notes.push(
+            "perf record ran over the cold start: these numbers include its overhead".to_owned(),
+        );
+    }
+
+    let map = ServicesMap::open(&pins)?;
+    let wrong = masters_not_at(&map, &svcs, m);
+    ensure!(
+        wrong == 0,
+        "after the first sync {wrong} of {n} Services lack a master with {m} backends; agent log:\n{}",
+        agent.tail()
+    );
+
+    // 2. Single changes.
+    let (samples, failures) = changes(&map, &manifests, &svcs, m, opts.changes)?;
+    let (p50, p99, max) = percentiles(&samples);
+    record(CHANGE_LATENCY_P50, "ms", p50);
+    record(CHANGE_LATENCY_P99, "ms", p99);
+    record(CHANGE_LATENCY_MAX, "ms", max);
+    notes.push(format!(
+        "single changes (rename → master count in the map): p50 {p50:.3} ms, p99 {p99:.3} ms, max {max:.3} ms over {}",
+        samples.len()
+    ));
+    if failures > 0 {
+        notes.push(format!(
+            "{failures} of {} changes did not reach the map within {CHANGE_TIMEOUT:?}; the percentiles cover only the other {}",
+            opts.changes,
+            samples.len()
+        ));
+    }
+
+    // 3. `inspect services` over the full maps.
+    let (inspect_time, bytes) = inspect(&pins)?;
+    record(INSPECT_TIME, "s", inspect_time);
+    notes.push(format!(
+        "inspect services -o json: {inspect_time:.2} s, {:.1} MiB of output",
+        bytes as f64 / 1_048_576.0
+    ));
+
+    // 4. Stop gracefully, then remove what the agent leaves in place on purpose.
+    notes.extend(agent.stop()?);
+    let problems = agent.problems()?;
+    if problems > 0 {
+        notes.push(format!("the agent logged {problems} warnings or errors"));
+    }
+    let out = Command::new(bin("weir-agent"))
+        .args(["cleanup", "--bpffs"])
+        .arg(&pins)
+        .output()?;
+    ensure!(
+        out.status.success(),
+        "weir-agent cleanup failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    drop((map, agent, cgroup, bpffs, work));
+
+    notes.extend(verdicts(opts, cold, p99, failures, rss_kib));
+    Ok((records, notes))
+}
+
+/// Runs `weir-agent inspect services -o json`; its time in seconds and how
+/// many bytes it printed.
+fn inspect(pins: &Path) -> Result<(f64, u64)> {
+    let started = Instant::now();
+    let mut child = ChildGuard(
+        Command::new(bin("weir-agent"))
+            .args(["inspect", "services", "-o", "json", "--bpffs"])
+            .arg(pins)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()?,
+    );
+    let mut stdout = child.0.stdout.take().context("inspect stdout")?;
+    let bytes = std::io::copy(&mut stdout, &mut std::io::sink())?;
+    let status = child.0.wait()?;
+    let elapsed = started.elapsed().as_secs_f64();
+    if !status.success() {
+        let mut err = String::new();
+        if let Some(mut e) = child.0.stderr.take() {
+            e.read_to_string(&mut err)?;
+        }
+        bail!("weir-agent inspect services failed ({status}): {err}");
+    }
+    Ok((elapsed, bytes))
+}
+
+/// Met or missed, with the numbers; the targets are set for 100k × 10, so a
+/// smaller run only reports against them.
+fn verdicts(opts: &ScaleOptions, cold: f64, p99: f64, failures: u32, rss_kib: u64) -> Vec<String> {
+    let at_target = opts.services >= 100_000 && opts.endpoints >= 10;
+    let scale = if at_target {
+        String::new()
+    } else {
+        format!(
+            " (this run is {} × {}; the target is for 100k × 10)",
+            opts.services, opts.endpoints
+        )
+    };
+    let verdict = |ok: bool| if ok { "met" } else { "missed" };
+    let rss_mb = rss_kib as f64 * 1024.0 / 1e6;
+    let p99_ok = failures == 0 && p99 <= TARGET_CHANGE_P99_MS;
+    vec![
+        format!(
+            "cold sync {cold:.3} s vs ≤ {TARGET_COLD_SYNC_S} s: {}{scale}",
+            verdict(cold <= TARGET_COLD_SYNC_S)
+        ),
+        format!(
+            "single change p99 {p99:.3} ms{} vs ≤ {TARGET_CHANGE_P99_MS} ms: {}",
+            if failures > 0 {
+                format!(" ({failures} timed out)")
+            } else {
+                String::new()
+            },
+            verdict(p99_ok)
+        ),
+        format!(
+            "agent RSS {rss_mb:.1} MB vs ≤ {TARGET_RSS_MB} MB: {}{scale}",
+            verdict(rss_mb <= TARGET_RSS_MB)
+        ),
+    ]
+}
+
+/// `weir-test-<pid>-scale-<k>` under the temp directory, so `sweep` can tell
+/// whose it is; removed on drop.
+struct WorkDir {
+    name: String,
+    path: PathBuf,
+}
+
+impl WorkDir {
+    fn create() -> Result<Self> {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let name = format!(
+            "{DIR_PREFIX}{}-scale-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let path = std::env::temp_dir().join(&name);
+        std::fs::create_dir(&path).with_context(|| format!("creating {}", path.display()))?;
+        Ok(Self { name, path })
+    }
+}
+
+impl Drop for WorkDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+fn file_name(svc: &Svc) -> String {
+    format!("{}.yaml", svc.name)
+}
+
+/// The first `m` endpoint addresses of Service `i`.
+fn initial_endpoints(i: u32, m: u32) -> Vec<u32> {
+    let first = POD_BASE + i * m;
+    (first..first + m).collect()
+}
+
+/// Writes one file per Service, on every core: at 100k files the file
+/// system, not the formatting, is what costs.
+fn generate(dir: &Path, svcs: &[Svc], m: u32) -> Result<()> {
+    let threads = std::thread::available_parallelism().map_or(1, |p| p.get().min(8));
+    let chunk = svcs.len().div_ceil(threads).max(1);
+    std::thread::scope(|s| {
+        let workers: Vec<_> = svcs
+            .chunks(chunk)
+            .enumerate()
+            .map(|(c, part)| {
+                s.spawn(move || -> Result<()> {
+                    let mut text = String::with_capacity(1024 + m as usize * 32);
+                    for (k, svc) in part.iter().enumerate() {
+                        let i = u32::try_from(c * chunk + k)?;
+                        text.clear();
+                        push_manifest(&mut text, svc, (POD_BASE + i * m..).take(m as usize));
+                        std::fs::write(dir.join(file_name(svc)), &text)?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .try_for_each(|w| w.join().expect("generator thread panicked"))
+    })
+}
+
+/// A Service with one TCP port and its EndpointSlice, built from pieces
+/// rather than `format!`, as the rulesets are, to keep 100k files fast.
+fn push_manifest(out: &mut String, svc: &Svc, endpoints: impl Iterator<Item = u32>) {
+    let name = svc.name.as_str();
+    let ns = svc.namespace.as_str();
+    out.push_str("apiVersion: v1\nkind: Service\nmetadata:\n  name: ");
+    out.push_str(name);
+    out.push_str("\n  namespace: ");
+    out.push_str(ns);
+    out.push_str("\nspec:\n  clusterIP: ");
+    push_ip(out, u32::from(svc.vip));
+    out.push_str("\n  ports:\n  - {name: http, port: 80, protocol: TCP, targetPort: 8080}\n");
+    out.push_str("---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: ");
+    out.push_str(name);
+    out.push_str("-1\n  namespace: ");
+    out.push_str(ns);
+    out.push_str("\n  labels:\n    kubernetes.io/service-name: ");
+    out.push_str(name);
+    out.push_str(
+        "\naddressType: IPv4\nports:\n- {name: http, port: 8080, protocol: TCP}\nendpoints:\n",
+    );
+    for ip in endpoints {
+        out.push_str("- addresses: [\"");
+        push_ip(out, ip);
+        out.push_str("\"]\n  conditions: {ready: true}\n");
+    }
+}
+
+fn push_ip(out: &mut String, ip: u32) {
+    for (k, octet) in ip.to_be_bytes().into_iter().enumerate() {
+        if k > 0 {
+            out.push('.');
+        }
+        if octet >= 100 {
+            out.push(char::from(b'0' + octet / 100));
+        }
+        if octet >= 10 {
+            out.push(char::from(b'0' + octet / 10 % 10));
+        }
+        out.push(char::from(b'0' + octet % 10));
+    }
+}
+
+/// How many Services lack a master entry with `m` active backends: the bench
+/// measures nothing if the agent did not program what it was given.
+fn masters_not_at(map: &ServicesMap, svcs: &[Svc], m: u32) -> usize {
+    svcs.iter()
+        .filter(|s| map.count(s.vip, SERVICE_PORT).map(u32::from) != Some(m))
+        .count()
+}
+
+/// SplitMix64: deterministic, so every run changes the same Services.
+fn next_random(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Rewrites one Service's manifest per change, adding and removing an
+/// endpoint in turn, and times rename → new count in its master entry.
+/// Returns the latencies in ms of the changes that landed and how many did not.
+fn changes(
+    map: &ServicesMap,
+    dir: &Path,
+    svcs: &[Svc],
+    m: u32,
+    count: u32,
+) -> Result<(Vec<f64>, u32)> {
+    let n = u32::try_from(svcs.len())?;
+    let mut rng = 0x5eed_u64;
+    let mut current: HashMap<u32, Vec<u32>> = HashMap::new();
+    let mut next_extra = POD_BASE + n * m;
+    let mut samples = Vec::with_capacity(count as usize);
+    let mut failures = 0;
+    let mut text = String::new();
+    for k in 0..count {
+        let i = (next_random(&mut rng) % u64::from(n)) as u32;
+        let svc = &svcs[i as usize];
+        let eps = current.entry(i).or_insert_with(|| initial_endpoints(i, m));
+        // A Service never drops to zero endpoints: that may remove its
+        // master rather than change its count.
+        if k.is_multiple_of(2) || eps.len() <= 1 {
+            eps.push(next_extra);
+            next_extra += 1;
+        } else {
+            eps.pop();
+        }
+        let want = u16::try_from(eps.len())?;
+        text.clear();
+        push_manifest(&mut text, svc, eps.iter().copied());
+        let file = file_name(svc);
+        let tmp = dir.join(format!(".{file}.tmp"));
+        std::fs::write(&tmp, &text)?;
+        let renamed = Instant::now();
+        std::fs::rename(&tmp, dir.join(&file))?;
+        match map.wait_count(svc.vip, SERVICE_PORT, want, renamed, CHANGE_TIMEOUT) {
+            Ok(latency) => samples.push(latency.as_secs_f64() * 1e3),
+            Err(_) => failures += 1,
+        }
+    }
+    Ok((samples, failures))
+}
+
+/// Nearest-rank p50, p99 and the maximum (NaN for no samples).
+fn percentiles(samples: &[f64]) -> (f64, f64, f64) {
+    if samples.is_empty() {
+        return (f64::NAN, f64::NAN, f64::NAN);
+    }
+    let mut v = samples.to_vec();
+    v.sort_by(f64::total_cmp);
+    let rank = |p: f64| v[((p * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1];
+    (rank(0.50), rank(0.99), v[v.len() - 1])
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::Ipv4Addr;
+
+    use super::*;
+
+    #[test]
+    fn addresses_format_like_std() {
+        for ip in [
+            0,
+            1,
+            0x0a80_0009,
+            0x0a80_6463,
+            0xffff_ffff,
+            POD_BASE + 1_000_007,
+        ] {
+            let mut s = String::new();
+            push_ip(&mut s, ip);
+            assert_eq!(s, Ipv4Addr::from(ip).to_string());
+        }
+    }
+
+    #[test]
+    fn manifest_lists_the_endpoints() {
+        let svc = &rules::synthetic(1, &[])[0];
+        let mut s = String::new();
+        push_manifest(&mut s, svc, initial_endpoints(3, 2).into_iter());
+        assert!(s.contains("clusterIP: 10.96.0.10\n"), "{s}");
+        assert!(
+            s.contains("\"10.128.0.6\"") && s.contains("\"10.128.0.7\""),
+            "{s}"
+        );
+        assert_eq!(s.matches("- addresses").count(), 2);
+    }
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentiles(&v), (50.0, 99.0, 100.0));
+        assert_eq!(percentiles(&[7.0]), (7.0, 7.0, 7.0));
+        assert!(percentiles(&[]).0.is_nan());
+    }
+}

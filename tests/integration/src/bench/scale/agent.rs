@@ -1,0 +1,256 @@
+//! The agent under the scale bench: a child process followed through its log
+//! and `/proc`.
+use std::{
+    fs::File,
+    io::Read as _,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, bail, ensure};
+
+use crate::{bin, topology::ChildGuard};
+
+pub(super) struct Options<'a> {
+    pub manifests: &'a Path,
+    pub cgroup: &'a Path,
+    pub pins: &'a Path,
+    pub max_services: u32,
+    pub max_backends: u32,
+    pub log: PathBuf,
+}
+
+/// What the first sync took.
+pub(super) struct Synced {
+    /// Spawn → the `initial sync complete` line.
+    pub cold: Duration,
+    /// When the earlier milestones appeared, for where the time went.
+    pub phases: Vec<String>,
+    /// The fields the agent logged with the sync (`services=… map_ops=…`).
+    pub fields: String,
+    /// Whether `perf record` ran over it, so its numbers include perf's cost.
+    pub profiled: bool,
+}
+
+/// `weir-agent` in standalone mode; killed on drop.
+pub(super) struct AgentProc {
+    // Declared first so it drops (stops recording) before the agent dies.
+    perf: Option<ChildGuard>,
+    child: ChildGuard,
+    log: LogWatch,
+    spawned: Instant,
+}
+
+impl AgentProc {
+    pub fn spawn(opts: Options<'_>) -> Result<Self> {
+        let mut cmd = Command::new(bin("weir-agent"));
+        cmd.arg("--manifests")
+            .arg(opts.manifests)
+            .arg("--cgroup")
+            .arg(opts.cgroup)
+            .arg("--bpffs")
+            .arg(opts.pins)
+            .args(["--max-services", &opts.max_services.to_string()])
+            .args(["--max-backends", &opts.max_backends.to_string()])
+            .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::null())
+            .stderr(File::create(&opts.log)?);
+        // SAFETY: prctl is async-signal-safe. The kernel then kills the agent
+        // if the bench dies before its guards run.
+        unsafe {
+            use std::os::unix::process::CommandExt as _;
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let log = LogWatch::open(&opts.log)?;
+        let spawned = Instant::now();
+        let child = ChildGuard(
+            cmd.spawn()
+                .context("starting weir-agent (build it: cargo build -p weir-agent)")?,
+        );
+        let perf = start_perf(child.0.id())?;
+        Ok(Self {
+            perf,
+            child,
+            log,
+            spawned,
+        })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.0.id()
+    }
+
+    /// Polls the log every 2 ms until the first sync completes.
+    pub fn wait_sync(&mut self, timeout: Duration) -> Result<Synced> {
+        const SYNCED: &str = "initial sync complete";
+        let mut phases = Vec::new();
+        loop {
+            let now = self.spawned.elapsed();
+            for line in self.log.poll()? {
+                for milestone in ["datapath attached", "manifests loaded"] {
+                    if line.contains(milestone) {
+                        phases.push(format!("{milestone} at {:.3} s", now.as_secs_f64()));
+                    }
+                }
+                if let Some((_, fields)) = line.split_once(SYNCED) {
+                    let profiled = self.stop_perf()?;
+                    return Ok(Synced {
+                        cold: now,
+                        phases,
+                        fields: fields.trim().to_owned(),
+                        profiled,
+                    });
+                }
+            }
+            if let Some(status) = self.child.0.try_wait()? {
+                bail!("weir-agent exited with {status}:\n{}", self.tail());
+            }
+            ensure!(
+                now < timeout,
+                "weir-agent did not finish its first sync within {timeout:?}:\n{}",
+                self.tail()
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// VmRSS and VmHWM, in KiB.
+    pub fn memory_kib(&self) -> Result<(u64, u64)> {
+        let pid = self.pid();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+        let field = |name: &str| -> Result<u64> {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|rest| rest.split_whitespace().next())
+                .and_then(|kib| kib.parse().ok())
+                .with_context(|| format!("no {name} in /proc/{pid}/status"))
+        };
+        Ok((field("VmRSS:")?, field("VmHWM:")?))
+    }
+
+    /// utime + stime, in seconds.
+    pub fn cpu_seconds(&self) -> Result<f64> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid()))?;
+        // The command name may hold spaces and parentheses; after the last ')'
+        // come fields 3 (state) onwards, so utime and stime (14, 15) are 11 and 12.
+        let rest = stat.rsplit_once(')').context("malformed /proc/PID/stat")?.1;
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let ticks = fields
+            .get(11)
+            .zip(fields.get(12))
+            .and_then(|(u, s)| Some(u.parse::<u64>().ok()? + s.parse::<u64>().ok()?))
+            .context("no utime/stime in /proc/PID/stat")?;
+        // SAFETY: sysconf has no memory-safety preconditions.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+        ensure!(hz > 0, "sysconf(_SC_CLK_TCK) failed");
+        Ok(ticks as f64 / hz as f64)
+    }
+
+    /// SIGTERM, then SIGKILL after 10 s; returns what went wrong, if anything.
+    pub fn stop(&mut self) -> Result<Option<String>> {
+        // SAFETY: kill has no memory-safety preconditions.
+        unsafe { libc::kill(i32::try_from(self.pid())?, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.0.try_wait()? {
+                return Ok((!status.success())
+                    .then(|| format!("the agent exited with {status} on SIGTERM")));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.child.0.kill()?;
+        self.child.0.wait()?;
+        Ok(Some(
+            "the agent ignored SIGTERM for 10 s and was killed".to_owned(),
+        ))
+    }
+
+    /// The last lines of the log, for errors.
+    pub fn tail(&mut self) -> String {
+        let _ = self.log.poll();
+        self.log.tail.join("\n")
+    }
+
+    /// How many warnings and errors the agent logged.
+    pub fn problems(&self) -> Result<usize> {
+        let text = std::fs::read_to_string(&self.log.path)?;
+        Ok(text
+            .lines()
+            .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
+            .count())
+    }
+
+    /// Stops `perf record` with SIGINT, which makes it write its data out
+    /// (the guard's SIGKILL would not); whether one was running.
+    fn stop_perf(&mut self) -> Result<bool> {
+        let Some(mut perf) = self.perf.take() else {
+            return Ok(false);
+        };
+        // SAFETY: kill has no memory-safety preconditions.
+        unsafe { libc::kill(i32::try_from(perf.0.id())?, libc::SIGINT) };
+        let status = perf.0.wait()?;
+        ensure!(status.success(), "perf record failed: {status}");
+        Ok(true)
+    }
+}
+
+/// `WEIR_SCALE_PERF=FILE`: `perf record` (arguments from
+/// `WEIR_SCALE_PERF_ARGS`, default `-g`) attached right after the spawn.
+fn start_perf(pid: u32) -> Result<Option<ChildGuard>> {
+    let Some(out) = std::env::var_os("WEIR_SCALE_PERF") else {
+        return Ok(None);
+    };
+    let args = std::env::var("WEIR_SCALE_PERF_ARGS").unwrap_or_else(|_| "-g".to_owned());
+    let child = Command::new("perf")
+        .arg("record")
+        .args(args.split_whitespace())
+        .arg("-o")
+        .arg(out)
+        .args(["-p", &pid.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting perf record")?;
+    Ok(Some(ChildGuard(child)))
+}
+
+/// Follows a log file as it grows, keeping its last lines.
+struct LogWatch {
+    path: PathBuf,
+    file: File,
+    partial: String,
+    tail: Vec<String>,
+}
+
+impl LogWatch {
+    fn open(path: &Path) -> Result<Self> {
+        Ok(Self {
+            path: path.to_owned(),
+            file: File::open(path)?,
+            partial: String::new(),
+            tail: Vec::new(),
+        })
+    }
+
+    /// The complete lines written since the last poll.
+    fn poll(&mut self) -> Result<Vec<String>> {
+        let mut buf = Vec::new();
+        self.file.read_to_end(&mut buf)?;
+        self.partial.push_str(&String::from_utf8_lossy(&buf));
+        let Some(end) = self.partial.rfind('\n') else {
+            return Ok(Vec::new());
+        };
+        let lines: Vec<String> = self.partial[..end].lines().map(str::to_owned).collect();
+        self.partial.drain(..=end);
+        self.tail.extend(lines.iter().cloned());
+        let excess = self.tail.len().saturating_sub(40);
+        self.tail.drain(..excess);
+        Ok(lines)
+    }
+}

@@ -1,0 +1,62 @@
+//! The datapath bench's own test: a tiny run (N = 10) completes for every
+//! dataplane and yields every metric. It asserts what was measured exists and
+//! is sane, never how fast anything was.
+use anyhow::Result;
+use weir_integration::bench::{
+    datapath::{self, DatapathOptions},
+    record,
+};
+
+#[test]
+fn a_tiny_run_measures_every_dataplane_and_metric() -> Result<()> {
+    let work = std::env::temp_dir().join(format!("weir-test-{}-bench", std::process::id()));
+    let (records, notes) = datapath::run(&DatapathOptions::tiny(), &work)?;
+    let _ = std::fs::remove_dir_all(&work);
+    for label in [
+        "direct",
+        "weir-socket",
+        "iptables-legacy",
+        "iptables-nft",
+        "nftables",
+    ] {
+        let mine: Vec<_> = records.iter().filter(|r| r.label() == label).collect();
+        let metrics: Vec<&str> = mine.iter().map(|r| r.metric.as_str()).collect();
+        for m in [
+            "crr_rate_last",
+            "crr_p99_last",
+            "rr_p99",
+            "udp_rate",
+            "unrelated_crr_rate",
+            "cpu_per_conn",
+        ] {
+            assert!(
+                metrics.contains(&m),
+                "{label} lacks {m}: {metrics:?}; notes {notes:?}"
+            );
+        }
+        if label != "direct" {
+            for m in ["crr_rate_random", "cold_sync", "update_latency"] {
+                assert!(
+                    metrics.contains(&m),
+                    "{label} lacks {m}: {metrics:?}; notes {notes:?}"
+                );
+            }
+        }
+        for r in &mine {
+            assert!(
+                r.median.is_finite() && r.min <= r.median && r.median <= r.max,
+                "{r:?}"
+            );
+            assert_eq!((r.services, r.endpoints), (10, 2));
+        }
+    }
+    assert!(
+        records
+            .iter()
+            .any(|r| r.dataplane == record::WEIR_SOCKET && r.metric == "agent_rss")
+    );
+    // Every request of the run was answered: no dataplane dropped traffic.
+    let failures: Vec<_> = notes.iter().filter(|n| n.contains("errors")).collect();
+    assert!(failures.is_empty(), "{failures:?}");
+    Ok(())
+}

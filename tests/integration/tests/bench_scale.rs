@@ -1,0 +1,91 @@
+//! The control-plane scale bench, run small: every metric comes back finite
+//! and nothing of the run is left behind. Needs root.
+use std::path::Path;
+
+use anyhow::Result;
+use weir_integration::{
+    bench::{
+        record::{Record, WEIR_SOCKET},
+        scale::{self, METRICS, ScaleOptions},
+    },
+    topology::{DIR_PREFIX, cgroup2_root},
+};
+
+/// Names under `dir` that this process's harness created.
+fn ours(dir: &Path) -> Result<Vec<String>> {
+    let prefix = format!("{DIR_PREFIX}{}-", std::process::id());
+    Ok(std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with(&prefix))
+        .collect())
+}
+
+fn print(records: &[Record], notes: &[String]) {
+    for r in records {
+        println!("{:<20} {:>12.3} {}", r.metric, r.median, r.unit);
+    }
+    for n in notes {
+        println!("note: {n}");
+    }
+}
+
+#[test]
+fn small_run_reports_every_metric_and_leaves_nothing() -> Result<()> {
+    let (records, notes) = scale::run(&ScaleOptions {
+        services: 10,
+        endpoints: 2,
+        changes: 5,
+    })?;
+    print(&records, &notes);
+    for metric in METRICS {
+        let found: Vec<_> = records.iter().filter(|r| r.metric == metric).collect();
+        assert_eq!(found.len(), 1, "{metric} recorded once: {records:#?}");
+        let r = found[0];
+        assert_eq!(
+            (
+                r.dataplane.as_str(),
+                r.variant.as_deref(),
+                r.services,
+                r.endpoints
+            ),
+            (WEIR_SOCKET, None, 10, 2),
+            "{r:?}"
+        );
+        assert!(
+            [r.median, r.min, r.max]
+                .iter()
+                .all(|v| v.is_finite() && *v >= 0.0),
+            "{r:?}"
+        );
+        assert!(r.min == r.median && r.median == r.max, "one run: {r:?}");
+    }
+    assert!(notes.iter().any(|n| n.contains("cold sync")), "{notes:#?}");
+    assert!(
+        !notes.iter().any(|n| n.contains("did not reach the map")),
+        "{notes:#?}"
+    );
+    assert_eq!(ours(&std::env::temp_dir())?, Vec::<String>::new());
+    assert_eq!(ours(&cgroup2_root()?)?, Vec::<String>::new());
+    Ok(())
+}
+
+/// The full-size run: `WEIR_BIN_DIR=target/release cargo test --release -p
+/// weir-integration --test bench_scale -- --ignored --nocapture`. Size from
+/// `WEIR_SCALE_SERVICES`, `WEIR_SCALE_ENDPOINTS`, `WEIR_SCALE_CHANGES`.
+#[test]
+#[ignore = "100k Services × 10 endpoints: minutes, and wants release binaries"]
+fn full_scale() -> Result<()> {
+    let var = |name: &str, default: u32| -> Result<u32> {
+        std::env::var(name).map_or(Ok(default), |v| Ok(v.parse()?))
+    };
+    let opts = ScaleOptions {
+        services: var("WEIR_SCALE_SERVICES", 100_000)?,
+        endpoints: var("WEIR_SCALE_ENDPOINTS", 10)?,
+        changes: var("WEIR_SCALE_CHANGES", 200)?,
+    };
+    let (records, notes) = scale::run(&opts)?;
+    print(&records, &notes);
+    println!("{}", serde_json::to_string_pretty(&records)?);
+    Ok(())
+}
