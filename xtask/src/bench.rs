@@ -11,7 +11,7 @@ use weir_integration::bench::{
     scale::{self, ScaleOptions},
 };
 
-use crate::util::{cargo, exec, root};
+use crate::util::{prepare_harness, root};
 
 #[derive(clap::Subcommand)]
 pub enum Bench {
@@ -69,18 +69,7 @@ const DATAPATH_PLOTS: &[Plot] = &[
 ];
 
 pub fn run(bench: Bench) -> Result<()> {
-    exec(cargo().args([
-        "build",
-        "--release",
-        "-p",
-        "weir-agent",
-        "-p",
-        "weir-integration",
-        "--bins",
-    ]))?;
-    // SAFETY: no other thread runs yet; the harness reads it when spawning.
-    unsafe { std::env::set_var("WEIR_BIN_DIR", root().join("target/release")) };
-    weir_integration::sweep::sweep();
+    prepare_harness(true)?;
     let work = std::env::temp_dir().join(format!("weir-test-{}-bench", std::process::id()));
     let result = match bench {
         Bench::Datapath { quick, json, out } => {

@@ -7,23 +7,12 @@ use std::{process::Command, time::Duration};
 use anyhow::{Context as _, Result};
 use weir_integration::{Agent, Topology, manifest};
 
-use crate::util::{cargo, exec, root};
+use crate::util::prepare_harness;
 
 const VIP: &str = "10.96.0.10";
 
 pub fn run() -> Result<()> {
-    exec(cargo().args([
-        "build",
-        "--release",
-        "-p",
-        "weir-agent",
-        "-p",
-        "weir-integration",
-        "--bins",
-    ]))?;
-    // SAFETY: single-threaded at this point; the harness reads it when spawning.
-    unsafe { std::env::set_var("WEIR_BIN_DIR", root().join("target/release")) };
-    weir_integration::sweep::sweep();
+    prepare_harness(true)?;
 
     step("Creating a node namespace with three backend namespaces (be1..be3)");
     let mut topo = Topology::new(3)?;

@@ -2,7 +2,7 @@
 //! integration tests against the real kernel datapath in throwaway namespaces.
 use anyhow::Result;
 
-use crate::util::{Totals, cargo, exec, exec_tests, root};
+use crate::util::{Totals, cargo, exec, exec_tests, prepare_harness};
 
 pub fn run(filter: Option<&str>) -> Result<()> {
     exec(cargo().args(["fmt", "--all", "--check"]))?;
@@ -20,17 +20,9 @@ pub fn run(filter: Option<&str>) -> Result<()> {
         &mut totals,
     )?;
 
-    // Leftovers of an earlier run that was killed before its own cleanup ran.
-    weir_integration::sweep::sweep();
-    exec(cargo().args([
-        "build",
-        "-p",
-        "weir-agent",
-        "-p",
-        "weir-integration",
-        "--bins",
-    ]))?;
-    let bin = root().join("target/debug");
+    // Also clears what an earlier run left when it was killed before its own
+    // cleanup ran.
+    let bin = prepare_harness(false)?;
     let mut test = cargo();
     test.args([
         "test",

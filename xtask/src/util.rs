@@ -87,3 +87,32 @@ pub fn show(cmd: &Command) -> String {
 pub fn cargo() -> Command {
     Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
 }
+
+/// Builds the agent and the harness's binaries (servers, clients, load
+/// generator), points the harness at them and clears what a killed run left.
+/// Returns the directory they are in.
+pub fn prepare_harness(release: bool) -> Result<PathBuf> {
+    let mut cmd = cargo();
+    cmd.args([
+        "build",
+        "-p",
+        "weir-agent",
+        "-p",
+        "weir-integration",
+        "--bins",
+    ]);
+    if release {
+        cmd.arg("--release");
+    }
+    exec(&mut cmd)?;
+    let dir = root().join(if release {
+        "target/release"
+    } else {
+        "target/debug"
+    });
+    // SAFETY: xtask has no other threads at this point; the harness reads the
+    // variable when it spawns binaries.
+    unsafe { std::env::set_var("WEIR_BIN_DIR", &dir) };
+    weir_integration::sweep::sweep();
+    Ok(dir)
+}

@@ -30,9 +30,11 @@ use crate::{
     store::Change,
 };
 
-/// How long to wait for more events after a change, so an editor's
-/// write-then-rename lands as one update.
-const DEBOUNCE: Duration = Duration::from_millis(20);
+/// How long to wait for more events after the first one, so a burst (an
+/// editor's write-then-rename, `kubectl` writing several files) lands as one
+/// update. inotify delivers a burst within microseconds; this only has to
+/// outlast the gaps inside it, and it is the floor of every change's latency.
+const DEBOUNCE: Duration = Duration::from_millis(2);
 /// Rescan even without events, as the kubelet does for static pods.
 const RESCAN: Duration = Duration::from_secs(10);
 

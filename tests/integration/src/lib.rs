@@ -22,6 +22,32 @@ use std::path::PathBuf;
 pub use agent::{Agent, ServiceView};
 pub use topology::Topology;
 
+/// Runs `bpftool -j ARGS` and returns its JSON: the kernel's view, read
+/// without going through the agent.
+pub fn bpftool(args: &[&std::ffi::OsStr]) -> anyhow::Result<serde_json::Value> {
+    let out = std::process::Command::new("bpftool")
+        .arg("-j")
+        .args(args)
+        .output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "bpftool {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(serde_json::from_slice(&out.stdout)?)
+}
+
+/// Entries in the map pinned at `path`.
+pub fn pinned_map_len(path: &std::path::Path) -> anyhow::Result<usize> {
+    let v = bpftool(&[
+        "map".as_ref(),
+        "dump".as_ref(),
+        "pinned".as_ref(),
+        path.as_os_str(),
+    ])?;
+    Ok(v.as_array().map_or(0, Vec::len))
+}
+
 /// Directory with the built binaries: `WEIR_BIN_DIR`, or `target/debug`.
 pub fn bin(name: &str) -> PathBuf {
     let dir = std::env::var_os("WEIR_BIN_DIR").map_or_else(

@@ -51,7 +51,7 @@ pub struct Topology {
     pub backends: Vec<Backend>,
     pub cgroup: Cgroup,
     pub bpffs: Bpffs,
-    servers: Vec<Child>,
+    servers: Vec<ChildGuard>,
 }
 
 impl Topology {
@@ -93,40 +93,10 @@ impl Topology {
         let name = format!("be{k}");
         let ip = Ipv4Addr::new(10, 77, 0, 10 + u8::try_from(k)?);
         let ns = Netns::create(format!("{NETNS_PREFIX}{}-b{k}", self.id))?;
-        run(Command::new("ip").args([
-            "link",
-            "add",
-            &format!("vb{k}"),
-            "netns",
-            &self.node.name,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            "eth0",
-            "netns",
-            &ns.name,
-        ]))?;
-        self.node.sh(&format!(
-            "ip link set vb{k} master br0 && ip link set vb{k} up"
-        ))?;
-        ns.sh(&format!("ip link set lo up && ip addr add {ip}/24 dev eth0 && ip link set eth0 up && ip route add default via {NODE_IP}"))?;
-        let server = ns
-            .command(&bin("weir-testsrv"))
-            .args(["--name", &name])
-            .stdout(Stdio::piped())
-            .spawn()
-            .context("starting weir-testsrv (build it: cargo build -p weir-integration --bins)")?;
-        // Owned before anything can fail, so drop kills it.
+        wire_backend(&self.node, &ns, k, ip)?;
+        let server = spawn_ready(ns.command(&bin("weir-testsrv")).args(["--name", &name]))?;
         self.servers.push(server);
         self.backends.push(Backend { name, ip, ns });
-        let server = self.servers.last_mut().expect("just pushed");
-        let mut line = String::new();
-        BufReader::new(server.stdout.take().context("server stdout")?).read_line(&mut line)?;
-        ensure!(
-            line.trim() == "ready",
-            "weir-testsrv for be{k} did not start"
-        );
         Ok(self.backends.last().expect("just pushed"))
     }
 
@@ -177,15 +147,53 @@ impl Topology {
 
 impl Drop for Topology {
     fn drop(&mut self) {
-        for s in &mut self.servers {
-            let _ = s.kill();
-            let _ = s.wait();
-        }
+        self.servers.clear();
         self.cgroup.kill_all();
         // Namespaces, the cgroup and the bpffs mount go with their guards; the
         // work directory last, once the mount below it is gone.
         self.backends.clear();
     }
+}
+
+/// Joins backend namespace `ns` to the node's bridge as veth `vb<k>`, gives it
+/// `ip` on 10.77.0.0/24 and a default route through the node.
+pub fn wire_backend(node: &Netns, ns: &Netns, k: usize, ip: Ipv4Addr) -> Result<()> {
+    // Both ends are created inside their namespaces: no name ever exists in
+    // the root namespace.
+    run(Command::new("ip").args([
+        "link",
+        "add",
+        &format!("vb{k}"),
+        "netns",
+        &node.name,
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "eth0",
+        "netns",
+        &ns.name,
+    ]))?;
+    node.sh(&format!(
+        "ip link set vb{k} master br0 && ip link set vb{k} up"
+    ))?;
+    ns.sh(&format!(
+        "ip link set lo up && ip addr add {ip}/24 dev eth0 && ip link set eth0 up \
+         && ip route add default via {NODE_IP}"
+    ))
+}
+
+/// Starts a server that prints `ready` once it listens, and waits for that.
+/// The guard owns it before anything can fail, so it never outlives a test.
+pub fn spawn_ready(cmd: &mut Command) -> Result<ChildGuard> {
+    let child = cmd.stdout(Stdio::piped()).spawn().with_context(|| {
+        format!("starting {cmd:?} (build it: cargo build -p weir-integration --bins)")
+    })?;
+    let mut guard = ChildGuard(child);
+    let mut line = String::new();
+    BufReader::new(guard.0.stdout.take().context("server stdout")?).read_line(&mut line)?;
+    ensure!(line.trim() == "ready", "{cmd:?} did not start");
+    Ok(guard)
 }
 
 /// A child process killed on drop, for servers a test starts itself.

@@ -171,12 +171,7 @@ fn each_bad_input_is_named_and_isolated() -> Result<()> {
 
 /// Entries in a pinned map, read with bpftool rather than through the agent.
 fn map_len(topo: &Topology, map: &str) -> Result<usize> {
-    let out = std::process::Command::new("bpftool")
-        .args(["-j", "map", "dump", "pinned"])
-        .arg(topo.pin_dir().join("maps").join(map))
-        .output()?;
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout)?;
-    Ok(v.as_array().map_or(0, Vec::len))
+    weir_integration::pinned_map_len(&topo.pin_dir().join("maps").join(map))
 }
 
 #[test]

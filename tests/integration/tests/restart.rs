@@ -10,11 +10,13 @@ const VIP: &str = "10.96.0.10";
 fn link_ids(topo: &Topology) -> Result<Vec<(u64, u64)>> {
     let mut ids = Vec::new();
     for hook in ["connect4", "sendmsg4", "recvmsg4", "getpeername4"] {
-        let out = Command::new("bpftool")
-            .args(["-j", "link", "show", "pinned"])
-            .arg(topo.pin_dir().join("links").join(hook))
-            .output()?;
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+        let path = topo.pin_dir().join("links").join(hook);
+        let v = weir_integration::bpftool(&[
+            "link".as_ref(),
+            "show".as_ref(),
+            "pinned".as_ref(),
+            path.as_os_str(),
+        ])?;
         ids.push((
             v["id"].as_u64().unwrap_or(0),
             v["prog_id"].as_u64().unwrap_or(0),

@@ -1,9 +1,6 @@
 //! The ClusterIP socket-LB datapath end to end: real sockets in a namespace, the
 //! real kernel programs, the agent in standalone mode. Needs root.
-use std::{
-    process::Command,
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use weir_integration::{
@@ -283,16 +280,8 @@ fn deleting_a_service_removes_every_map_entry_and_the_vip_is_no_longer_translate
         weir_abi::MAP_REVNAT4,
     ] {
         let path = topo.pin_dir().join("maps").join(map);
-        let out = Command::new("bpftool")
-            .args(["-j", "map", "dump", "pinned"])
-            .arg(&path)
-            .output()?;
-        let entries: serde_json::Value = serde_json::from_slice(&out.stdout)?;
-        assert_eq!(
-            entries.as_array().map(Vec::len),
-            Some(0),
-            "{map} still holds {entries}"
-        );
+        let entries = weir_integration::pinned_map_len(&path)?;
+        assert_eq!(entries, 0, "{map} still holds {entries} entries");
     }
     // Untranslated, the VIP has no route inside the node namespace.
     let p = topo.probe("tcp", &tcp_target(), 1)?;

@@ -9,18 +9,20 @@
 //!                                                                         └── be2 10.77.0.12:8080
 //! ```
 use std::{
-    io::{BufRead as _, BufReader},
     net::Ipv4Addr,
     path::{Path, PathBuf},
-    process::{Command, Stdio},
+    process::Command,
     sync::atomic::{AtomicU32, Ordering},
 };
 
-use anyhow::{Context as _, Result, ensure};
+use anyhow::Result;
 
 use crate::{
     bin,
-    topology::{Cgroup, ChildGuard, DIR_PREFIX, NETNS_PREFIX, Netns, cgroup2_root, run},
+    topology::{
+        Cgroup, ChildGuard, DIR_PREFIX, NETNS_PREFIX, Netns, cgroup2_root, run, spawn_ready,
+        wire_backend,
+    },
 };
 
 pub const CLIENT_IP: Ipv4Addr = Ipv4Addr::new(10, 78, 0, 2);
@@ -81,47 +83,23 @@ impl Lab {
             _servers: Vec::new(),
             _backend_ns: Vec::new(),
         };
-        for k in 1..=backends {
+        for k in 1..=backends as usize {
             lab.add_backend(&id, k)?;
         }
         Ok(lab)
     }
 
-    fn add_backend(&mut self, id: &str, k: u32) -> Result<()> {
+    fn add_backend(&mut self, id: &str, k: usize) -> Result<()> {
         let ip = Ipv4Addr::new(10, 77, 0, 10 + u8::try_from(k)?);
         let ns = Netns::create(format!("{NETNS_PREFIX}{id}-b{k}"))?;
-        run(Command::new("ip").args([
-            "link",
-            "add",
-            &format!("vb{k}"),
-            "netns",
-            &self.node.name,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            "eth0",
-            "netns",
-            &ns.name,
-        ]))?;
-        self.node.sh(&format!(
-            "ip link set vb{k} master br0 && ip link set vb{k} up"
-        ))?;
-        ns.sh(&format!(
-            "ip link set lo up && ip addr add {ip}/24 dev eth0 && ip link set eth0 up \
-             && ip route add default via 10.77.0.1"
-        ))?;
-        let child = ns
-            .command(&bin("weir-benchsrv"))
-            .args(["--name", &format!("be{k}"), "--threads", "1"])
-            .stdout(Stdio::piped())
-            .spawn()
-            .context("starting weir-benchsrv")?;
-        self._servers.push(ChildGuard(child));
-        let server = &mut self._servers.last_mut().expect("just pushed").0;
-        let mut line = String::new();
-        BufReader::new(server.stdout.take().context("benchsrv stdout")?).read_line(&mut line)?;
-        ensure!(line.trim() == "ready", "weir-benchsrv be{k} did not start");
+        wire_backend(&self.node, &ns, k, ip)?;
+        self._servers
+            .push(spawn_ready(ns.command(&bin("weir-benchsrv")).args([
+                "--name",
+                &format!("be{k}"),
+                "--threads",
+                "1",
+            ]))?);
         self._backend_ns.push(ns);
         self.backends.push(ip);
         Ok(())

@@ -54,6 +54,7 @@ const TARGET_COLD_SYNC_S: f64 = 2.0;
 const TARGET_CHANGE_P99_MS: f64 = 5.0;
 const TARGET_RSS_MB: f64 = 200.0;
 
+const IDLE_WINDOW: Duration = Duration::from_secs(1);
 /// A change that has not reached the map by then counts as failed.
 const CHANGE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Endpoint addresses come from 10.128.0.0/9: Service `i` owns
@@ -163,8 +164,23 @@ pub fn run(opts: &ScaleOptions) -> Result<(Vec<Record>, Vec<String>)> {
         agent.tail()
     );
 
+    // An agent that keeps working with nothing to do delays every change and
+    // costs CPU on every node, so say how much an idle second costs.
+    let before = agent.cpu_seconds()?;
+    std::thread::sleep(IDLE_WINDOW);
+    notes.push(format!(
+        "agent CPU while idle (no file touched for {IDLE_WINDOW:?} after the sync): {:.2} s",
+        agent.cpu_seconds()? - before
+    ));
+
     // 2. Single changes.
+    let (before, started) = (agent.cpu_seconds()?, Instant::now());
     let (samples, failures) = changes(&map, &manifests, &svcs, m, opts.changes)?;
+    notes.push(format!(
+        "agent CPU during the changes: {:.2} s over {:.2} s",
+        agent.cpu_seconds()? - before,
+        started.elapsed().as_secs_f64()
+    ));
     let (p50, p99, max) = percentiles(&samples);
     record(CHANGE_LATENCY_P50, "ms", p50);
     record(CHANGE_LATENCY_P99, "ms", p99);

@@ -195,7 +195,12 @@ impl AgentProc {
         // SAFETY: kill has no memory-safety preconditions.
         unsafe { libc::kill(i32::try_from(perf.0.id())?, libc::SIGINT) };
         let status = perf.0.wait()?;
-        ensure!(status.success(), "perf record failed: {status}");
+        // perf re-raises the SIGINT once its data is written.
+        use std::os::unix::process::ExitStatusExt as _;
+        ensure!(
+            status.success() || status.signal() == Some(libc::SIGINT),
+            "perf record failed: {status}"
+        );
         Ok(true)
     }
 }
