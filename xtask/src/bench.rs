@@ -44,30 +44,6 @@ pub enum Bench {
     },
 }
 
-const DATAPATH_PLOTS: &[Plot] = &[
-    Plot {
-        file: "crr-rate.svg",
-        title: "New TCP connections per second (last Service)",
-        metric: "crr_rate_last",
-        y_label: "connections/s",
-        log_y: false,
-    },
-    Plot {
-        file: "crr-p99.svg",
-        title: "p99 latency of a new connection and request (last Service)",
-        metric: "crr_p99_last",
-        y_label: "µs",
-        log_y: false,
-    },
-    Plot {
-        file: "update-latency.svg",
-        title: "Applying one endpoint change",
-        metric: "update_latency",
-        y_label: "ms",
-        log_y: true,
-    },
-];
-
 pub fn run(bench: Bench) -> Result<()> {
     prepare_harness(true)?;
     let work = std::env::temp_dir().join(format!("weir-test-{}-bench", std::process::id()));
@@ -91,7 +67,7 @@ pub fn run(bench: Bench) -> Result<()> {
                 title,
                 &records,
                 &notes,
-                DATAPATH_PLOTS,
+                datapath::PLOTS,
             )
         }
         Bench::Scale {

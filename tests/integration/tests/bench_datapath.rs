@@ -4,13 +4,34 @@
 use anyhow::Result;
 use weir_integration::bench::{
     datapath::{self, DatapathOptions},
-    record,
+    record, report,
 };
 
 #[test]
 fn a_tiny_run_measures_every_dataplane_and_metric() -> Result<()> {
     let work = std::env::temp_dir().join(format!("weir-test-{}-bench", std::process::id()));
     let (records, notes) = datapath::run(&DatapathOptions::tiny(), &work)?;
+    // Every output file a real run writes.
+    let out = work.join("out");
+    std::fs::create_dir_all(&out)?;
+    let md = report::markdown("tiny", &records, &notes);
+    assert!(
+        md.contains("crr_rate_last") && md.contains("weir-socket"),
+        "{md}"
+    );
+    report::write_json(&out.join("datapath.json"), &records)?;
+    let back: Vec<record::Record> =
+        serde_json::from_slice(&std::fs::read(out.join("datapath.json"))?)?;
+    assert_eq!(back.len(), records.len());
+    let svgs = report::write_svgs(&out, &records, datapath::PLOTS)?;
+    assert_eq!(svgs.len(), datapath::PLOTS.len(), "{svgs:?}");
+    for svg in &svgs {
+        assert!(
+            std::fs::read_to_string(svg)?.contains("<svg"),
+            "{}",
+            svg.display()
+        );
+    }
     let _ = std::fs::remove_dir_all(&work);
     for label in [
         "direct",

@@ -17,9 +17,35 @@ use super::{
     lab::{self, BACKEND_PORT, BACKEND_UDP_PORT, Lab},
     maps::ServicesMap,
     record::{self, Record},
+    report::Plot,
     rules::{self, Ipv4Cidr, Proto, Svc, Sync, Variant},
 };
 use crate::{Agent, bin, topology::Bpffs};
+
+/// The plots `cargo xtask bench datapath` draws.
+pub const PLOTS: &[Plot] = &[
+    Plot {
+        file: "crr-rate.svg",
+        title: "New TCP connections per second (last Service)",
+        metric: "crr_rate_last",
+        y_label: "connections/s",
+        log_y: false,
+    },
+    Plot {
+        file: "crr-p99.svg",
+        title: "p99 latency of a new connection and request (last Service)",
+        metric: "crr_p99_last",
+        y_label: "µs",
+        log_y: false,
+    },
+    Plot {
+        file: "update-latency.svg",
+        title: "Applying one endpoint change",
+        metric: "update_latency",
+        y_label: "ms",
+        log_y: true,
+    },
+];
 
 #[derive(Clone, Debug)]
 pub struct DatapathOptions {
