@@ -245,15 +245,26 @@ pub fn run(opts: &DatapathOptions, work: &Path) -> Result<(Vec<Record>, Vec<Stri
         let mut samples: Vec<Samples> = vec![Samples::new(); contenders.len()];
         let programmed: Vec<Result<Option<Duration>>> = if opts.parallel_programming {
             std::thread::scope(|scope| {
+                let svcs = &svcs;
                 let jobs: Vec<_> = contenders
                     .iter_mut()
                     .map(|c| {
-                        let svcs = &svcs;
-                        scope.spawn(move || program(c, svcs, opts))
+                        // The agent stays on this thread: it is spawned with
+                        // PDEATHSIG, which fires when the spawning thread ends.
+                        if c.kind == Kind::WeirSocket {
+                            Job::Done(program(c, svcs, opts))
+                        } else {
+                            Job::Running(scope.spawn(move || program(c, svcs, opts)))
+                        }
                     })
                     .collect();
                 jobs.into_iter()
-                    .map(|j| j.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                    .map(|j| match j {
+                        Job::Running(h) => {
+                            h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))
+                        }
+                        Job::Done(done) => done,
+                    })
                     .collect()
             })
         } else {
@@ -329,6 +340,12 @@ pub fn run(opts: &DatapathOptions, work: &Path) -> Result<(Vec<Record>, Vec<Stri
         }
     }
     Ok((records, notes))
+}
+
+/// A lab being programmed on its own thread, or already programmed.
+enum Job<'scope, T> {
+    Running(std::thread::ScopedJoinHandle<'scope, T>),
+    Done(T),
 }
 
 fn push(s: &mut Samples, metric: &'static str, unit: &'static str, v: f64) {
