@@ -38,10 +38,6 @@ impl<M: LbMaps> Controller<M> {
         }
     }
 
-    pub fn reconciler(&self) -> &Reconciler<M> {
-        &self.reconciler
-    }
-
     /// Runs until every source is gone or `shutdown` resolves.
     pub async fn run(
         &mut self,

@@ -107,10 +107,6 @@ impl<M: LbMaps> Reconciler<M> {
         Ok(this)
     }
 
-    pub fn maps(&self) -> &M {
-        &self.maps
-    }
-
     /// Frontends restored from the maps that no Service has claimed yet.
     pub fn unclaimed(&self) -> usize {
         self.unclaimed.len()

@@ -26,11 +26,7 @@ pub fn run() -> Result<()> {
     step(&format!(
         "Writing the sample manifests: Service web {VIP} (80/TCP, 53/UDP) and its EndpointSlice"
     ));
-    let eps: Vec<_> = topo
-        .backends
-        .iter()
-        .map(|b| (b.ip, manifest::READY))
-        .collect();
+    let eps = topo.ready_endpoints();
     topo.write_manifest("web.yaml", &manifest::service("web", VIP))?;
     topo.write_manifest("web-slice.yaml", &manifest::slice("web-1", "web", &eps))?;
     println!("    {}", topo.manifests.display());
@@ -84,11 +80,7 @@ pub fn run() -> Result<()> {
     step("Scaling to five backends: the slice file is rewritten, the agent applies it");
     topo.add_backend()?;
     topo.add_backend()?;
-    let eps: Vec<_> = topo
-        .backends
-        .iter()
-        .map(|b| (b.ip, manifest::READY))
-        .collect();
+    let eps = topo.ready_endpoints();
     topo.write_manifest("web-slice.yaml", &manifest::slice("web-1", "web", &eps))?;
     let took = agent.wait_for(Duration::from_secs(5), |v| {
         v.iter().all(|s| s.backends.len() == 5)

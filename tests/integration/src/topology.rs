@@ -100,6 +100,14 @@ impl Topology {
         Ok(self.backends.last().expect("just pushed"))
     }
 
+    /// Every backend as a ready endpoint, for [`crate::manifest::slice`].
+    pub fn ready_endpoints(&self) -> Vec<(Ipv4Addr, crate::manifest::Cond)> {
+        self.backends
+            .iter()
+            .map(|b| (b.ip, crate::manifest::READY))
+            .collect()
+    }
+
     pub fn backend(&self, name: &str) -> &Backend {
         self.backends
             .iter()
@@ -158,22 +166,7 @@ impl Drop for Topology {
 /// Joins backend namespace `ns` to the node's bridge as veth `vb<k>`, gives it
 /// `ip` on 10.77.0.0/24 and a default route through the node.
 pub fn wire_backend(node: &Netns, ns: &Netns, k: usize, ip: Ipv4Addr) -> Result<()> {
-    // Both ends are created inside their namespaces: no name ever exists in
-    // the root namespace.
-    run(Command::new("ip").args([
-        "link",
-        "add",
-        &format!("vb{k}"),
-        "netns",
-        &node.name,
-        "type",
-        "veth",
-        "peer",
-        "name",
-        "eth0",
-        "netns",
-        &ns.name,
-    ]))?;
+    veth(node, &format!("vb{k}"), ns, "eth0")?;
     node.sh(&format!(
         "ip link set vb{k} master br0 && ip link set vb{k} up"
     ))?;
@@ -181,6 +174,15 @@ pub fn wire_backend(node: &Netns, ns: &Netns, k: usize, ip: Ipv4Addr) -> Result<
         "ip link set lo up && ip addr add {ip}/24 dev eth0 && ip link set eth0 up \
          && ip route add default via {NODE_IP}"
     ))
+}
+
+/// A veth pair from `a_name` in `a` to `b_name` in `b`. Both ends are created
+/// inside their namespaces: no name ever exists in the root namespace.
+pub fn veth(a: &Netns, a_name: &str, b: &Netns, b_name: &str) -> Result<()> {
+    run(Command::new("ip").args([
+        "link", "add", a_name, "netns", &a.name, "type", "veth", "peer", "name", b_name, "netns",
+        &b.name,
+    ]))
 }
 
 /// Starts a server that prints `ready` once it listens, and waits for that.

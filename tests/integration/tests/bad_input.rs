@@ -177,11 +177,7 @@ fn map_len(topo: &Topology, map: &str) -> Result<usize> {
 #[test]
 fn a_full_map_fails_only_the_service_that_does_not_fit() -> Result<()> {
     let topo = Topology::new(3)?;
-    let eps: Vec<_> = topo
-        .backends
-        .iter()
-        .map(|b| (b.ip, manifest::READY))
-        .collect();
+    let eps = topo.ready_endpoints();
     // "a" needs 2 frontends × (master + 3 slots) = 8 services-map entries; so
     // does "b". Room for 12 fits one of them, plus b's two masters.
     topo.write_manifest("a-slice.yaml", &manifest::slice("a-1", "a", &eps))?;

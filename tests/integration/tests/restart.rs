@@ -28,11 +28,7 @@ fn link_ids(topo: &Topology) -> Result<Vec<(u64, u64)>> {
 #[test]
 fn connections_survive_sigkill_and_restarts_under_load() -> Result<()> {
     let topo = Topology::new(3)?;
-    let eps: Vec<_> = topo
-        .backends
-        .iter()
-        .map(|b| (b.ip, manifest::READY))
-        .collect();
+    let eps = topo.ready_endpoints();
     topo.write_manifest("web.yaml", &manifest::service("web", VIP))?;
     topo.write_manifest("web-slice.yaml", &manifest::slice("web-1", "web", &eps))?;
     let mut agent = Agent::start(&topo, &[])?;

@@ -20,7 +20,7 @@ use anyhow::Result;
 use crate::{
     bin,
     topology::{
-        Cgroup, ChildGuard, DIR_PREFIX, NETNS_PREFIX, Netns, cgroup2_root, run, spawn_ready,
+        Cgroup, ChildGuard, DIR_PREFIX, NETNS_PREFIX, Netns, cgroup2_root, spawn_ready, veth,
         wire_backend,
     },
 };
@@ -55,20 +55,7 @@ impl Lab {
             "ip link set lo up && ip link add br0 type bridge && ip addr add 10.77.0.1/24 dev br0 \
              && ip link set br0 up && sysctl -qw net.ipv4.ip_forward=1",
         )?;
-        run(Command::new("ip").args([
-            "link",
-            "add",
-            "vc",
-            "netns",
-            &node.name,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            "eth0",
-            "netns",
-            &client.name,
-        ]))?;
+        veth(&node, "vc", &client, "eth0")?;
         node.sh("ip addr add 10.78.0.1/24 dev vc && ip link set vc up")?;
         client.sh(&format!(
             "ip link set lo up && ip addr add {CLIENT_IP}/24 dev eth0 && ip link set eth0 up \
