@@ -3,15 +3,44 @@
 //! identical log lines.
 use std::{
     collections::{BTreeSet, HashMap},
-    time::{Duration, Instant},
+    sync::Arc,
+    time::{Duration, Instant, SystemTime},
 };
 
 use tokio::sync::mpsc;
 use tracing::{debug, error, info, warn};
 
 use crate::{
-    maps::LbMaps, model::ServiceId, reconciler::Reconciler, source::SourceMsg, store::Store,
+    maps::LbMaps,
+    model::ServiceId,
+    reconciler::{ReconcileError, Reconciler},
+    report::{Reason, Report, Reports, Stage},
+    source::SourceMsg,
+    store::Store,
+    telemetry::{
+        Health, Metrics,
+        metrics::{MapLabel, ReasonLabel},
+    },
 };
+
+/// Where the controller reports how it is doing. The defaults observe into
+/// metrics nobody serves, which is what unit tests want.
+#[derive(Clone)]
+pub struct Hooks {
+    pub metrics: Arc<Metrics>,
+    pub health: Arc<Health>,
+    pub reports: Reports,
+}
+
+impl Default for Hooks {
+    fn default() -> Self {
+        Self {
+            metrics: Arc::default(),
+            health: Arc::new(Health::new(Duration::from_secs(60))),
+            reports: Reports::none(),
+        }
+    }
+}
 
 const RETRY: Duration = Duration::from_secs(2);
 
@@ -24,18 +53,25 @@ pub struct Controller<M> {
     /// Map writes until the first full sync: zero after a restart that found
     /// the maps already right.
     initial_ops: usize,
+    /// EndpointSlice trigger times of changes not yet in the maps.
+    triggers: HashMap<ServiceId, Vec<SystemTime>>,
+    hooks: Hooks,
 }
 
 impl<M: LbMaps> Controller<M> {
-    pub fn new(reconciler: Reconciler<M>) -> Self {
-        Self {
-            store: Store::default(),
+    pub fn new(reconciler: Reconciler<M>, store: Store, hooks: Hooks) -> Self {
+        let this = Self {
+            store,
             reconciler,
             failed: BTreeSet::new(),
             last_error: HashMap::new(),
             synced: false,
             initial_ops: 0,
-        }
+            triggers: HashMap::new(),
+            hooks,
+        };
+        this.publish_gauges();
+        this
     }
 
     /// Runs until every source is gone or `shutdown` resolves.
@@ -70,14 +106,22 @@ impl<M: LbMaps> Controller<M> {
     pub fn handle(&mut self, msg: SourceMsg, dirty: &mut BTreeSet<ServiceId>) {
         match msg {
             SourceMsg::Changes(changes) => {
+                self.hooks.health.queued();
                 for c in changes {
                     self.store.apply(c, dirty);
+                }
+            }
+            SourceMsg::Triggers(triggers) => {
+                for (id, t) in triggers {
+                    self.triggers.entry(id).or_default().push(t);
                 }
             }
             SourceMsg::Synced { complete } => {
                 // Sync what is pending first, so restored frontends get claimed
                 // before the unclaimed ones are pruned.
                 self.sync(std::mem::take(dirty));
+                // An empty source syncs nothing, and is still in sync.
+                self.hooks.health.updated(self.failed.is_empty());
                 let removed = self.prune_stale(complete);
                 if !self.synced {
                     self.synced = true;
@@ -131,20 +175,35 @@ impl<M: LbMaps> Controller<M> {
                 Ok(done) => {
                     ops += done;
                     self.failed.remove(&id);
+                    self.programmed(&id);
                     if self.last_error.remove(&id).is_some() {
                         info!(service = %id, "service programmed after earlier failure");
+                        self.hooks.reports.send(Report::Recovered {
+                            service: id,
+                            stage: Stage::Programming,
+                        });
                     }
                 }
                 Err(e) => {
                     let msg = chain(&e);
+                    let reason = reason(&e);
                     if self.last_error.get(&id) == Some(&msg) {
                         debug!(service = %id, "still failing: {msg}");
                     } else {
                         error!(service = %id, "{msg}");
+                        self.count_failure(&e, reason);
+                        self.hooks.reports.send(Report::Failed {
+                            service: id.clone(),
+                            reason,
+                            message: msg.clone(),
+                        });
                         self.last_error.insert(id.clone(), msg);
                     }
                     if e.is_transient() {
                         self.failed.insert(id);
+                    } else {
+                        // Nothing will change until the Service does.
+                        self.triggers.remove(&id);
                     }
                 }
             }
@@ -152,12 +211,75 @@ impl<M: LbMaps> Controller<M> {
         if !self.synced {
             self.initial_ops += ops;
         }
+        let m = &self.hooks.metrics;
+        m.sync_duration.observe(start.elapsed().as_secs_f64());
+        m.map_ops.inc_by(ops as u64);
+        m.last_sync.set(
+            SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64()),
+        );
+        self.publish_gauges();
+        self.hooks.health.updated(self.failed.is_empty());
         debug!(
             services = n,
             map_ops = ops,
             elapsed_us = start.elapsed().as_micros() as u64,
             "synced"
         );
+    }
+
+    /// A Service's changes are in the maps: its pending trigger times become
+    /// network programming latencies.
+    fn programmed(&mut self, id: &ServiceId) {
+        if let Some(times) = self.triggers.remove(id) {
+            let now = SystemTime::now();
+            for t in times {
+                if let Ok(d) = now.duration_since(t) {
+                    self.hooks
+                        .metrics
+                        .network_programming
+                        .observe(d.as_secs_f64());
+                }
+            }
+        }
+    }
+
+    fn count_failure(&self, e: &ReconcileError, reason: Reason) {
+        let m = &self.hooks.metrics;
+        m.sync_errors
+            .get_or_create(&ReasonLabel {
+                reason: reason.as_str().into(),
+            })
+            .inc();
+        if let ReconcileError::MapFull { map, .. } = e {
+            m.map_full.get_or_create(&MapLabel::of(*map)).inc();
+        }
+    }
+
+    fn publish_gauges(&self) {
+        let m = &self.hooks.metrics;
+        m.services
+            .set(i64::try_from(self.store.service_count()).unwrap_or(i64::MAX));
+        m.frontends
+            .set(i64::try_from(self.reconciler.frontend_count()).unwrap_or(i64::MAX));
+        for (map, used, cap) in self.reconciler.usage() {
+            if map == crate::maps::MapName::Backends {
+                m.backends.set(i64::try_from(used).unwrap_or(i64::MAX));
+            }
+            m.set_map_usage(map, used, cap);
+        }
+    }
+}
+
+fn reason(e: &ReconcileError) -> Reason {
+    match e {
+        ReconcileError::MapFull { .. } => Reason::MapFull,
+        ReconcileError::FrontendConflict { .. } => Reason::FrontendConflict,
+        ReconcileError::TooManyBackends { .. } => Reason::TooManyBackends,
+        ReconcileError::Map { .. } | ReconcileError::RollbackFailed { .. } => {
+            Reason::ProgrammingFailed
+        }
     }
 }
 

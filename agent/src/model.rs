@@ -131,6 +131,28 @@ pub struct ServiceSpec {
     /// IPv4 cluster IPs. Empty for Services that get no frontend (headless).
     pub cluster_ips: Vec<Ipv4Addr>,
     pub ports: Vec<ServicePortSpec>,
+    /// `spec.internalTrafficPolicy`: which endpoints ClusterIP traffic may use.
+    pub internal_policy: TrafficPolicy,
+    /// `spec.externalTrafficPolicy`: kept for the NodePort/LoadBalancer
+    /// frontends of the packet datapath; ClusterIP ignores it.
+    pub external_policy: TrafficPolicy,
+}
+
+/// `Cluster` (any endpoint) or `Local` (only endpoints on this node).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum TrafficPolicy {
+    #[default]
+    Cluster,
+    Local,
+}
+
+/// What the agent knows of the node it runs on: endpoints on it are local, and
+/// its zone decides which topology hints apply.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeInfo {
+    pub name: String,
+    /// The `topology.kubernetes.io/zone` label, once the Node has been read.
+    pub zone: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -179,6 +201,13 @@ pub struct EndpointSpec {
     pub ready: bool,
     pub serving: bool,
     pub terminating: bool,
+    /// `nodeName`: the endpoint is local when it names this agent's node.
+    pub node_name: Option<String>,
+    /// `hints.forZones[].name`, set by the EndpointSlice controller for
+    /// topology-aware routing and `trafficDistribution: PreferClose`.
+    pub zone_hints: Vec<String>,
+    /// `hints.forNodes[].name` (`trafficDistribution: PreferSameNode`).
+    pub node_hints: Vec<String>,
 }
 
 impl EndpointSpec {

@@ -116,6 +116,15 @@ impl<M: LbMaps> Reconciler<M> {
         self.images.len()
     }
 
+    /// Entries in use and capacity of each map, for the pressure metrics.
+    pub fn usage(&self) -> Vec<(MapName, u64, u32)> {
+        let cap = self.maps.capacity();
+        MapName::ALL
+            .iter()
+            .map(|&m| (m, self.used.get(&m).copied().unwrap_or(0), cap.of(m)))
+            .collect()
+    }
+
     /// Makes the datapath serve exactly `desired` for `service`; an empty list
     /// removes it.
     pub fn sync_service(

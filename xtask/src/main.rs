@@ -1,6 +1,8 @@
 //! `cargo xtask`: the only entry points a user or CI needs.
 mod bench;
 mod demo;
+mod dev_apiserver;
+mod helm;
 mod setup;
 mod test;
 mod util;
@@ -26,6 +28,12 @@ enum Command {
         #[command(subcommand)]
         bench: bench::Bench,
     },
+    /// Render the Helm chart (helm/weir) as `helm template` would, with the Go
+    /// renderer in helm/render; needs `cargo xtask setup` once.
+    HelmTemplate(helm::HelmTemplate),
+    /// Serve the test Kubernetes API server (tests/apiserver) until interrupted,
+    /// writing a kubeconfig for kubectl and the agent.
+    DevApiserver(dev_apiserver::DevApiserver),
     /// Run formatting and lint checks, unit tests and the privileged integration tests.
     Test {
         /// Only run integration tests whose name contains this.
@@ -45,6 +53,8 @@ fn main() -> anyhow::Result<()> {
             setup::run()?;
             bench::run(bench)
         }
+        Command::HelmTemplate(args) => helm::run(args),
+        Command::DevApiserver(args) => dev_apiserver::run(args),
         Command::Test { filter } => {
             setup::run()?;
             test::run(filter.as_deref())

@@ -14,7 +14,9 @@ use crate::util::{cargo, exec, output};
 /// Debian packages: iproute2/util-linux for namespaces and nsenter, curl and dig
 /// as real clients, dnsmasq as a real DNS backend, bpftool to look at maps and
 /// links from the outside, iptables (legacy and nft) and nftables to program
-/// kube-proxy's rulesets for the datapath bench.
+/// kube-proxy's rulesets for the datapath bench; kubectl as a real client of the
+/// test API server; Go with sprig and ghodss/yaml, the template engine and
+/// functions Helm itself renders charts with (no helm binary can be installed).
 const PACKAGES: &[&str] = &[
     "iproute2",
     "util-linux",
@@ -24,6 +26,12 @@ const PACKAGES: &[&str] = &[
     "bpftool",
     "iptables",
     "nftables",
+    "kubectl",
+    "golang-go",
+    "golang-github-masterminds-sprig-dev",
+    "golang-github-ghodss-yaml-dev",
+    // The JSON Schema validator Helm 3.0-3.17 checks values.schema.json with.
+    "golang-github-xeipuuv-gojsonschema-dev",
 ];
 
 const BPF_LINKER_VERSION: &str = "0.13.0";

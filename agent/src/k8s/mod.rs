@@ -57,6 +57,8 @@ pub enum Problem {
         "empty, so the Service gets no ClusterIP frontend (nothing allocates one without an API server)"
     )]
     NoClusterIp,
+    #[error("unknown traffic policy {value:?} (expected Cluster or Local)")]
+    UnknownTrafficPolicy { value: String },
 }
 
 /// Why a whole object was rejected: every field problem found, at once.
@@ -88,6 +90,23 @@ fn port(field: impl FnOnce() -> String, value: i64) -> Result<u16, FieldError> {
     match u16::try_from(value) {
         Ok(p) if p != 0 => Ok(p),
         _ => Err(FieldError::new(field(), Problem::PortOutOfRange { value })),
+    }
+}
+
+fn traffic_policy(
+    field: &str,
+    value: Option<&str>,
+) -> Result<crate::model::TrafficPolicy, FieldError> {
+    use crate::model::TrafficPolicy;
+    match value {
+        None | Some("Cluster") => Ok(TrafficPolicy::Cluster),
+        Some("Local") => Ok(TrafficPolicy::Local),
+        Some(other) => Err(FieldError::new(
+            field,
+            Problem::UnknownTrafficPolicy {
+                value: other.to_owned(),
+            },
+        )),
     }
 }
 

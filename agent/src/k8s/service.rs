@@ -4,6 +4,7 @@ use k8s_openapi::api::core::v1::Service;
 
 use super::{
     Converted, FieldError, LABEL_SERVICE_PROXY_NAME, ObjectError, Problem, port, protocol,
+    traffic_policy,
 };
 use crate::model::{ServiceId, ServicePortSpec, ServiceSpec};
 
@@ -94,6 +95,19 @@ pub fn service(svc: &Service) -> Result<Converted<ServiceSpec>, ObjectError> {
         }
     }
 
+    let internal_policy = traffic_policy(
+        "spec.internalTrafficPolicy",
+        spec.internal_traffic_policy.as_deref(),
+    )
+    .map_err(|e| errors.push(e))
+    .unwrap_or_default();
+    let external_policy = traffic_policy(
+        "spec.externalTrafficPolicy",
+        spec.external_traffic_policy.as_deref(),
+    )
+    .map_err(|e| errors.push(e))
+    .unwrap_or_default();
+
     if !errors.is_empty() {
         return Err(ObjectError { errors });
     }
@@ -102,6 +116,8 @@ pub fn service(svc: &Service) -> Result<Converted<ServiceSpec>, ObjectError> {
             id,
             cluster_ips,
             ports,
+            internal_policy,
+            external_policy,
         },
         warnings,
     })

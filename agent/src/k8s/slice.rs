@@ -97,11 +97,25 @@ pub fn slice(eps: &EndpointSlice) -> Result<SliceOutcome, ObjectError> {
         // API defaults: unknown readiness counts as ready, serving defers to
         // ready, and terminating defaults to false.
         let ready = c.ready.unwrap_or(true);
+        let hints = ep.hints.as_ref();
         endpoints.push(EndpointSpec {
             addrs,
             ready,
             serving: c.serving.unwrap_or(ready),
             terminating: c.terminating.unwrap_or(false),
+            node_name: ep.node_name.clone().filter(|n| !n.is_empty()),
+            zone_hints: hints
+                .and_then(|h| h.for_zones.as_ref())
+                .into_iter()
+                .flatten()
+                .map(|z| z.name.clone())
+                .collect(),
+            node_hints: hints
+                .and_then(|h| h.for_nodes.as_ref())
+                .into_iter()
+                .flatten()
+                .map(|n| n.name.clone())
+                .collect(),
         });
     }
 

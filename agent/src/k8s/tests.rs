@@ -349,8 +349,46 @@ fn endpoint_conditions_follow_the_api_defaults() {
             ready,
             serving,
             terminating,
+            node_name: None,
+            zone_hints: Vec::new(),
+            node_hints: Vec::new(),
         };
         assert_eq!(want.backend_state(), state, "{conditions}");
         assert_eq!(c.value.endpoints, [want], "{conditions}");
     }
+}
+
+#[test]
+fn traffic_policies_convert_and_unknown_ones_name_the_field() {
+    use crate::model::TrafficPolicy;
+    let c = service(&svc(good_service())).unwrap();
+    assert_eq!(c.value.internal_policy, TrafficPolicy::Cluster);
+    assert_eq!(c.value.external_policy, TrafficPolicy::Cluster);
+    let mut v = good_service();
+    v["spec"]["internalTrafficPolicy"] = json!("Local");
+    v["spec"]["externalTrafficPolicy"] = json!("Local");
+    let c = service(&svc(v.clone())).unwrap();
+    assert_eq!(c.value.internal_policy, TrafficPolicy::Local);
+    assert_eq!(c.value.external_policy, TrafficPolicy::Local);
+    v["spec"]["internalTrafficPolicy"] = json!("Nearby");
+    let e = service(&svc(v)).unwrap_err();
+    assert_eq!(fields(&e), ["spec.internalTrafficPolicy"]);
+    assert!(e.to_string().contains("\"Nearby\""), "{e}");
+}
+
+#[test]
+fn endpoint_node_and_hints_are_kept() {
+    let mut v = good_slice();
+    v["endpoints"] = json!([
+        {"addresses": ["10.0.0.1"], "nodeName": "node-a",
+         "hints": {"forZones": [{"name": "z1"}], "forNodes": [{"name": "node-a"}]}},
+        {"addresses": ["10.0.0.2"]},
+    ]);
+    let c = ipv4(v);
+    let e = &c.value.endpoints;
+    assert_eq!(e[0].node_name.as_deref(), Some("node-a"));
+    assert_eq!(e[0].zone_hints, ["z1"]);
+    assert_eq!(e[0].node_hints, ["node-a"]);
+    assert_eq!(e[1].node_name, None);
+    assert!(e[1].zone_hints.is_empty() && e[1].node_hints.is_empty());
 }

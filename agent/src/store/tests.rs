@@ -1,7 +1,7 @@
 use std::net::Ipv4Addr;
 
 use super::*;
-use crate::model::{EndpointSpec, Protocol, ServicePortSpec, SlicePortSpec};
+use crate::model::{EndpointSpec, Protocol, ServicePortSpec, SlicePortSpec, TrafficPolicy};
 
 fn svc(name: &str, ip: [u8; 4]) -> ServiceSpec {
     ServiceSpec {
@@ -12,6 +12,8 @@ fn svc(name: &str, ip: [u8; 4]) -> ServiceSpec {
             port: 80,
             proto: Protocol::Tcp,
         }],
+        internal_policy: TrafficPolicy::Cluster,
+        external_policy: TrafficPolicy::Cluster,
     }
 }
 
@@ -34,6 +36,9 @@ fn slice(name: &str, service: &str, eps: &[(u8, bool, bool, bool)]) -> SliceSpec
                 ready,
                 serving,
                 terminating,
+                node_name: None,
+                zone_hints: Vec::new(),
+                node_hints: Vec::new(),
             })
             .collect(),
     }
@@ -138,4 +143,123 @@ fn slice_moving_to_another_service_dirties_both() {
             ServiceId::new("default", "b")
         ]
     );
+}
+
+/// Endpoints 10.0.0.N on `node-N % 2`, zone hint "zone-a" for odd N.
+fn topo_slice(eps: &[(u8, bool)], zone_hints: bool) -> SliceSpec {
+    let mut s = slice("t-1", "t", &[]);
+    s.endpoints = eps
+        .iter()
+        .map(|&(last, ready)| EndpointSpec {
+            addrs: vec![Ipv4Addr::new(10, 0, 0, last)],
+            ready,
+            serving: true,
+            terminating: !ready,
+            node_name: Some(format!("node-{}", last % 2)),
+            zone_hints: if zone_hints {
+                vec![if last % 2 == 1 { "zone-a" } else { "zone-b" }.into()]
+            } else {
+                Vec::new()
+            },
+            node_hints: Vec::new(),
+        })
+        .collect();
+    s
+}
+
+fn addrs(store: &Store, id: &ServiceId) -> Vec<(u8, BackendState)> {
+    store.frontends(id)[0]
+        .backends
+        .iter()
+        .map(|b| (b.addr.octets()[3], b.state))
+        .collect()
+}
+
+fn node(name: &str, zone: Option<&str>) -> NodeInfo {
+    NodeInfo {
+        name: name.into(),
+        zone: zone.map(Into::into),
+    }
+}
+
+#[test]
+fn internal_traffic_policy_local_uses_only_this_nodes_endpoints_and_never_falls_back() {
+    use BackendState::{Active, Terminating};
+    let mut store = Store::new(node("node-1", None));
+    let mut dirty = BTreeSet::new();
+    let mut svc = svc("t", [10, 96, 0, 9]);
+    svc.internal_policy = TrafficPolicy::Local;
+    store.apply(Change::UpsertService(svc), &mut dirty);
+    store.apply(
+        Change::UpsertSlice(topo_slice(&[(1, true), (2, true), (3, false)], false)),
+        &mut dirty,
+    );
+    let id = ServiceId::new("default", "t");
+    // 1 and 3 are on node-1; 3 is terminating, kept for the datapath's fallback.
+    assert_eq!(addrs(&store, &id), vec![(1, Active), (3, Terminating)]);
+
+    // On node-0 only endpoint 2 is local.
+    dirty.clear();
+    store.apply(Change::Node(node("node-0", None)), &mut dirty);
+    assert!(dirty.contains(&id), "a node change re-plans every Service");
+    assert_eq!(addrs(&store, &id), vec![(2, Active)]);
+
+    // A node with no endpoint gets none: refused, not sent elsewhere.
+    store.apply(Change::Node(node("node-9", None)), &mut dirty);
+    assert!(store.frontends(&id)[0].backends.is_empty());
+}
+
+#[test]
+fn zone_hints_narrow_to_this_zone_and_fall_back_as_kube_proxy_does() {
+    let id = ServiceId::new("default", "t");
+    let mut dirty = BTreeSet::new();
+    let mut store = Store::new(node("node-1", Some("zone-a")));
+    store.apply(Change::UpsertService(svc("t", [10, 96, 0, 9])), &mut dirty);
+    store.apply(
+        Change::UpsertSlice(topo_slice(&[(1, true), (2, true), (3, true)], true)),
+        &mut dirty,
+    );
+    let only = |v: Vec<(u8, BackendState)>| v.into_iter().map(|(a, _)| a).collect::<Vec<_>>();
+    assert_eq!(
+        only(addrs(&store, &id)),
+        vec![1, 3],
+        "zone-a endpoints only"
+    );
+
+    store.apply(Change::Node(node("node-1", Some("zone-b"))), &mut dirty);
+    assert_eq!(only(addrs(&store, &id)), vec![2]);
+
+    // A zone no hint names, or a node without a zone label: every endpoint.
+    store.apply(Change::Node(node("node-1", Some("zone-c"))), &mut dirty);
+    assert_eq!(only(addrs(&store, &id)), vec![1, 2, 3]);
+    store.apply(Change::Node(node("node-1", None)), &mut dirty);
+    assert_eq!(only(addrs(&store, &id)), vec![1, 2, 3]);
+
+    // One ready endpoint without hints disables hints for the Service.
+    store.apply(Change::Node(node("node-1", Some("zone-a"))), &mut dirty);
+    let mut s = topo_slice(&[(1, true), (2, true), (3, true)], true);
+    s.endpoints[1].zone_hints.clear();
+    store.apply(Change::UpsertSlice(s), &mut dirty);
+    assert_eq!(only(addrs(&store, &id)), vec![1, 2, 3]);
+
+    // A not-ready endpoint without hints does not count.
+    let mut s = topo_slice(&[(1, true), (2, false), (3, true)], true);
+    s.endpoints[1].zone_hints.clear();
+    store.apply(Change::UpsertSlice(s), &mut dirty);
+    assert_eq!(only(addrs(&store, &id)), vec![1, 3]);
+}
+
+#[test]
+fn node_hints_win_over_zone_hints() {
+    let id = ServiceId::new("default", "t");
+    let mut dirty = BTreeSet::new();
+    let mut store = Store::new(node("node-1", Some("zone-a")));
+    store.apply(Change::UpsertService(svc("t", [10, 96, 0, 9])), &mut dirty);
+    let mut s = topo_slice(&[(1, true), (2, true), (3, true)], true);
+    for ep in &mut s.endpoints {
+        ep.node_hints = ep.node_name.clone().into_iter().collect();
+    }
+    store.apply(Change::UpsertSlice(s), &mut dirty);
+    let got: Vec<u8> = addrs(&store, &id).into_iter().map(|(a, _)| a).collect();
+    assert_eq!(got, vec![1, 3], "both on node-1 by hint");
 }

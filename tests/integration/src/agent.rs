@@ -1,6 +1,6 @@
 use std::{
     fs::OpenOptions,
-    net::Ipv4Addr,
+    net::{Ipv4Addr, SocketAddr, TcpListener},
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
@@ -10,12 +10,16 @@ use serde::Deserialize;
 
 use crate::{bin, topology::Topology};
 
-/// A running `weir-agent` in standalone mode on a topology. Killed on drop.
+/// A running `weir-agent` on a topology. Killed on drop.
 pub struct Agent {
     child: Option<Child>,
     args: Vec<String>,
     log: std::path::PathBuf,
     pin_dir: std::path::PathBuf,
+    /// Where it serves /metrics and /healthz: free loopback ports picked per
+    /// agent, so agents never collide on kube-proxy's fixed ports.
+    pub metrics_addr: SocketAddr,
+    pub healthz_addr: SocketAddr,
 }
 
 /// One frontend as `weir-agent inspect services -o json` prints it.
@@ -54,27 +58,151 @@ impl Agent {
         log: std::path::PathBuf,
         extra: &[&str],
     ) -> Result<Self> {
-        let mut args: Vec<String> = vec![
-            "--manifests".into(),
-            manifests.display().to_string(),
+        let source = ["--manifests".to_owned(), manifests.display().to_string()];
+        Self::launch(&source, cgroup, pin_dir, log, extra, true)
+    }
+
+    /// Starts the agent against an API server, as node `node`, and waits for
+    /// its first full sync.
+    pub fn start_api(
+        topo: &Topology,
+        kubeconfig: &std::path::Path,
+        node: &str,
+        extra: &[&str],
+    ) -> Result<Self> {
+        Self::launch(
+            &Self::api_args(kubeconfig, node),
+            &topo.cgroup.path,
+            &topo.pin_dir(),
+            topo.dir.join("agent.log"),
+            extra,
+            true,
+        )
+    }
+
+    /// As [`Self::start_api`], but returns as soon as the process runs: for an
+    /// API server that is down at start.
+    pub fn spawn_api(
+        topo: &Topology,
+        kubeconfig: &std::path::Path,
+        node: &str,
+        extra: &[&str],
+    ) -> Result<Self> {
+        Self::launch(
+            &Self::api_args(kubeconfig, node),
+            &topo.cgroup.path,
+            &topo.pin_dir(),
+            topo.dir.join("agent.log"),
+            extra,
+            false,
+        )
+    }
+
+    fn api_args(kubeconfig: &std::path::Path, node: &str) -> [String; 6] {
+        [
+            "--kubeconfig".into(),
+            kubeconfig.display().to_string(),
+            "--node-name".into(),
+            node.into(),
+            "--namespace".into(),
+            "kube-system".into(),
+        ]
+    }
+
+    fn launch(
+        source: &[String],
+        cgroup: &std::path::Path,
+        pin_dir: &std::path::Path,
+        log: std::path::PathBuf,
+        extra: &[&str],
+        wait: bool,
+    ) -> Result<Self> {
+        let metrics_addr = free_port()?;
+        let healthz_addr = free_port()?;
+        let mut args: Vec<String> = source.to_vec();
+        args.extend([
             "--cgroup".into(),
             cgroup.display().to_string(),
             "--bpffs".into(),
             pin_dir.display().to_string(),
-        ];
+        ]);
+        if !extra.iter().any(|a| a.starts_with("--metrics-addr")) {
+            args.extend(["--metrics-addr".into(), metrics_addr.to_string()]);
+        }
+        if !extra.iter().any(|a| a.starts_with("--healthz-addr")) {
+            args.extend(["--healthz-addr".into(), healthz_addr.to_string()]);
+        }
         args.extend(extra.iter().map(|s| (*s).to_owned()));
         let mut agent = Self {
             child: None,
             args,
             log,
             pin_dir: pin_dir.to_path_buf(),
+            metrics_addr,
+            healthz_addr,
         };
-        agent.spawn()?;
+        if wait {
+            agent.spawn()?;
+        } else {
+            agent.spawn_only()?;
+        }
         Ok(agent)
+    }
+
+    /// `GET path` on the metrics or healthz address with curl: the HTTP
+    /// status and the body.
+    pub fn get(&self, addr: SocketAddr, path: &str) -> Result<(u16, String)> {
+        let out = Command::new("curl")
+            .args(["-sS", "--max-time", "5", "-w", "\n%{http_code}"])
+            .arg(format!("http://{addr}{path}"))
+            .output()?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+        Ok((code.trim().parse().unwrap_or(0), body.to_owned()))
+    }
+
+    /// One sample from the agent's /metrics, by exact series name (with labels).
+    pub fn metric(&self, series: &str) -> Result<Option<f64>> {
+        let (code, body) = self.get(self.metrics_addr, "/metrics")?;
+        anyhow::ensure!(code == 200, "/metrics answered {code}");
+        Ok(body.lines().find_map(|l| {
+            let (name, value) = l.rsplit_once(' ')?;
+            (name == series).then(|| value.parse().ok())?
+        }))
     }
 
     fn spawn(&mut self) -> Result<()> {
         let before = self.log_text().len();
+        self.spawn_only()?;
+        self.wait_for_log(before, "initial sync complete", Duration::from_secs(300))
+    }
+
+    /// Waits until the agent logs `needle` after byte `from` of its log.
+    pub fn wait_for_log(&mut self, from: usize, needle: &str, timeout: Duration) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if self.log_text().get(from..).unwrap_or("").contains(needle) {
+                return Ok(());
+            }
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                bail!(
+                    "weir-agent exited with {status}:\n{}",
+                    self.log_text().get(from..).unwrap_or("")
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        bail!(
+            "weir-agent did not log {needle:?} within {timeout:?}:\n{}",
+            self.log_text().get(from..).unwrap_or("")
+        )
+    }
+
+    fn spawn_only(&mut self) -> Result<()> {
         let log = OpenOptions::new()
             .create(true)
             .append(true)
@@ -98,28 +226,7 @@ impl Agent {
             .spawn()
             .context("starting weir-agent (build it: cargo build -p weir-agent)")?;
         self.child = Some(child);
-        // Generous: at 100,000 Services the first sync takes a while.
-        let deadline = Instant::now() + Duration::from_secs(300);
-        while Instant::now() < deadline {
-            if self.log_text()[before..].contains("initial sync complete") {
-                return Ok(());
-            }
-            if let Some(status) = self
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
-                bail!(
-                    "weir-agent exited with {status}:\n{}",
-                    &self.log_text()[before..]
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        bail!(
-            "weir-agent did not finish its first sync:\n{}",
-            &self.log_text()[before..]
-        )
+        Ok(())
     }
 
     /// Everything the agent (and its predecessors on this topology) logged.
@@ -188,6 +295,11 @@ impl Drop for Agent {
             let _ = c.wait();
         }
     }
+}
+
+/// A loopback address with a port nobody listens on right now.
+fn free_port() -> Result<SocketAddr> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?)
 }
 
 pub fn inspect(pin_dir: &std::path::Path) -> Result<Vec<ServiceView>> {

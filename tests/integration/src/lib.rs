@@ -12,6 +12,7 @@
 //! Every resource is owned by a guard that removes it on drop, panics included;
 //! [`sweep::sweep`] removes what a killed run left behind.
 pub mod agent;
+pub mod api;
 pub mod bench;
 pub mod manifest;
 pub mod sweep;

@@ -7,7 +7,7 @@ use std::{
 
 use super::*;
 use crate::model::{
-    EndpointSpec, Protocol, ServicePortSpec, ServiceSpec, SlicePortSpec, SliceSpec,
+    EndpointSpec, Protocol, ServicePortSpec, ServiceSpec, SlicePortSpec, SliceSpec, TrafficPolicy,
 };
 
 /// A fresh directory under the system temp dir, removed on drop.
@@ -73,6 +73,8 @@ fn svc(name: &str, ip: [u8; 4], port: u16) -> ServiceSpec {
             port,
             proto: Protocol::Tcp,
         }],
+        internal_policy: TrafficPolicy::Cluster,
+        external_policy: TrafficPolicy::Cluster,
     }
 }
 
@@ -115,6 +117,9 @@ fn ready(addr: [u8; 4]) -> EndpointSpec {
         ready: true,
         serving: true,
         terminating: false,
+        node_name: None,
+        zone_hints: Vec::new(),
+        node_hints: Vec::new(),
     }
 }
 
@@ -361,6 +366,9 @@ fn a_bad_address_costs_only_that_address() {
         ready: false,
         serving: true,
         terminating: true,
+        node_name: None,
+        zone_hints: Vec::new(),
+        node_hints: Vec::new(),
     };
     assert_eq!(
         d.scan(&mut md),

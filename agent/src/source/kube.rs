@@ -1,0 +1,436 @@
+//! The Kubernetes API source: watchers for Services and EndpointSlices in all
+//! namespaces and for this agent's own Node, converted at the edge and fed to
+//! the same store, planner and reconciler as the manifest source.
+//!
+//! When the API server goes away the watchers back off and retry; nothing is
+//! sent, so the datapath stays exactly as it is. When they come back (or get a
+//! `410 Gone`) they relist, and [`tracker::Tracker`] turns the relist into the
+//! difference against what the controller already has: no flush.
+pub mod tracker;
+
+use std::{
+    collections::HashMap,
+    path::PathBuf,
+    sync::Arc,
+    time::{Duration, Instant, SystemTime},
+};
+
+use futures::{Stream, StreamExt as _};
+use k8s_openapi::api::{
+    core::v1::{Node, Service},
+    discovery::v1::EndpointSlice,
+};
+use kube::{
+    Api, Client, Config, Resource as _, ResourceExt as _,
+    config::{KubeConfigOptions, Kubeconfig},
+    runtime::{
+        WatchStreamExt as _,
+        reflector::store::Writer,
+        watcher::{self, Event},
+    },
+};
+use tokio::sync::mpsc;
+use tracing::{debug, info, warn};
+
+use self::tracker::{Outcome, Tracker};
+use super::SourceMsg;
+use crate::{
+    k8s::{self, LABEL_SERVICE_NAME, SliceOutcome},
+    model::{NodeInfo, ServiceId, SliceId},
+    report::{Reason, Report, Reports, Stage},
+    store::Change,
+    telemetry::{Health, Metrics, metrics::KindLabel},
+};
+
+/// kube-proxy's selector: Services (and their slices) that belong to another
+/// proxy, and headless ones, are not even watched.
+pub const SELECTOR: &str =
+    "!service.kubernetes.io/service-proxy-name,!service.kubernetes.io/headless";
+/// The EndpointSlice controller's stamp of when the change that produced a
+/// slice happened; network programming latency is measured from it.
+pub const TRIGGER_TIME: &str = "endpoints.kubernetes.io/last-change-trigger-time";
+pub const LABEL_ZONE: &str = "topology.kubernetes.io/zone";
+/// The cluster autoscaler's taint on a node it is about to remove.
+pub const TAINT_TO_BE_DELETED: &str = "ToBeDeletedByClusterAutoscaler";
+/// How often a persisting watch failure is logged again.
+const ERROR_LOG_EVERY: Duration = Duration::from_secs(30);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error("reading kubeconfig {path}")]
+    Kubeconfig {
+        path: PathBuf,
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
+    #[error(
+        "no kubeconfig given and no in-cluster service account found (pass --kubeconfig, or run in a pod)"
+    )]
+    InCluster(#[source] kube::config::InClusterError),
+    #[error("--k8s-api-server {value:?} is not host:port")]
+    ApiServer { value: String },
+    #[error("building the API client")]
+    Client(#[source] kube::Error),
+}
+
+/// How to reach the API server.
+#[derive(Clone, Debug, Default)]
+pub struct Connection {
+    pub kubeconfig: Option<PathBuf>,
+    /// `host:port` that replaces the configured server, as Cilium's
+    /// `k8sServiceHost`/`k8sServicePort`: without kube-proxy the `kubernetes`
+    /// ClusterIP only works once this agent has programmed it.
+    pub api_server: Option<String>,
+}
+
+impl Connection {
+    pub async fn client(&self) -> Result<Client, ConnectError> {
+        let mut config = match &self.kubeconfig {
+            Some(path) => {
+                let kc =
+                    Kubeconfig::read_from(path).map_err(|source| ConnectError::Kubeconfig {
+                        path: path.clone(),
+                        source,
+                    })?;
+                Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+                    .await
+                    .map_err(|source| ConnectError::Kubeconfig {
+                        path: path.clone(),
+                        source,
+                    })?
+            }
+            // The service account's token and CA; the address comes from the
+            // environment, or from --k8s-api-server below.
+            None if self.api_server.is_some() => {
+                Config::incluster_dns().map_err(ConnectError::InCluster)?
+            }
+            None => Config::incluster().map_err(ConnectError::InCluster)?,
+        };
+        if let Some(hp) = &self.api_server {
+            config.cluster_url =
+                api_server_url(hp).ok_or_else(|| ConnectError::ApiServer { value: hp.clone() })?;
+        }
+        Client::try_from(config).map_err(ConnectError::Client)
+    }
+}
+
+fn api_server_url(host_port: &str) -> Option<http::Uri> {
+    let (host, port) = host_port.rsplit_once(':')?;
+    port.parse::<u16>().ok()?;
+    if host.is_empty() {
+        return None;
+    }
+    format!("https://{host}:{port}").parse().ok()
+}
+
+pub struct KubeSource {
+    pub client: Client,
+    pub node: String,
+    /// Filled with the Services as watched, for the Event writer's UIDs.
+    pub services: Writer<Service>,
+    pub reports: Reports,
+    pub metrics: Arc<Metrics>,
+    pub health: Arc<Health>,
+}
+
+// Boxed: a Node is over a kilobyte, and most items are slices.
+enum Item {
+    Service(Box<watcher::Result<Event<Service>>>),
+    Slice(Box<watcher::Result<Event<EndpointSlice>>>),
+    Node(Box<watcher::Result<Event<Node>>>),
+}
+
+impl KubeSource {
+    /// Runs until the controller goes away.
+    pub async fn run(self, tx: mpsc::Sender<SourceMsg>) {
+        let Self {
+            client,
+            node,
+            services: writer,
+            reports,
+            metrics,
+            health,
+        } = self;
+        let cfg = watcher::Config::default().labels(SELECTOR);
+        let svc = watcher(Api::<Service>::all(client.clone()), cfg.clone())
+            .default_backoff()
+            .reflect(writer)
+            .map(|e| Item::Service(Box::new(e)));
+        let eps = watcher(Api::<EndpointSlice>::all(client.clone()), cfg)
+            .default_backoff()
+            .map(|e| Item::Slice(Box::new(e)));
+        let nodes = watcher(
+            Api::<Node>::all(client),
+            watcher::Config::default().fields(&format!("metadata.name={node}")),
+        )
+        .default_backoff()
+        .map(|e| Item::Node(Box::new(e)));
+        let mut items = futures::stream::select_all([
+            svc.boxed() as std::pin::Pin<Box<dyn Stream<Item = Item> + Send>>,
+            eps.boxed(),
+            nodes.boxed(),
+        ]);
+        let mut state = State {
+            node,
+            started: SystemTime::now(),
+            services: Tracker::new(|id| Change::DeleteService(id.clone())),
+            slices: Tracker::new(|id| Change::DeleteSlice(id.clone())),
+            node_seen: false,
+            synced_sent: false,
+            reports,
+            metrics,
+            health,
+            last_error: HashMap::new(),
+        };
+        while let Some(item) = items.next().await {
+            for msg in state.handle(item) {
+                if tx.send(msg).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+fn watcher<K>(
+    api: Api<K>,
+    cfg: watcher::Config,
+) -> impl Stream<Item = watcher::Result<Event<K>>> + Send
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    kube::runtime::watcher(api, cfg)
+}
+
+struct State {
+    node: String,
+    started: SystemTime,
+    services: Tracker<ServiceId>,
+    slices: Tracker<SliceId>,
+    node_seen: bool,
+    synced_sent: bool,
+    reports: Reports,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+    last_error: HashMap<&'static str, Instant>,
+}
+
+impl State {
+    fn handle(&mut self, item: Item) -> Vec<SourceMsg> {
+        let mut changes = Vec::new();
+        let mut triggers = Vec::new();
+        match item {
+            Item::Service(e) => match *e {
+                Ok(ev) => self.on_service(ev, &mut changes),
+                Err(e) => self.watch_failed("Service", &e),
+            },
+            Item::Slice(e) => match *e {
+                Ok(ev) => self.on_slice(ev, &mut changes, &mut triggers),
+                Err(e) => self.watch_failed("EndpointSlice", &e),
+            },
+            Item::Node(e) => match *e {
+                Ok(ev) => self.on_node(ev, &mut changes),
+                Err(e) => self.watch_failed("Node", &e),
+            },
+        }
+        let mut out = Vec::new();
+        if !triggers.is_empty() {
+            out.push(SourceMsg::Triggers(triggers));
+        }
+        if !changes.is_empty() {
+            out.push(SourceMsg::Changes(changes));
+        }
+        if !self.synced_sent && self.services.synced() && self.slices.synced() {
+            self.synced_sent = true;
+            info!("API source: initial list of Services and EndpointSlices complete");
+            out.push(SourceMsg::Synced { complete: true });
+        }
+        out
+    }
+
+    fn watch_failed(&mut self, kind: &'static str, e: &watcher::Error) {
+        self.metrics
+            .watch_errors
+            .get_or_create(&KindLabel { kind: kind.into() })
+            .inc();
+        let now = Instant::now();
+        let due = self
+            .last_error
+            .get(kind)
+            .is_none_or(|t| now.duration_since(*t) >= ERROR_LOG_EVERY);
+        if due {
+            self.last_error.insert(kind, now);
+            warn!(
+                kind,
+                "watching the API server failed ({e}); the datapath stays as it is, retrying with backoff"
+            );
+        } else {
+            debug!(kind, "watch still failing: {e}");
+        }
+    }
+
+    fn on_service(&mut self, ev: Event<Service>, out: &mut Vec<Change>) {
+        match ev {
+            Event::Init => self.services.init(),
+            Event::InitDone => out.extend(self.services.init_done()),
+            Event::Apply(svc) | Event::InitApply(svc) => {
+                let id = ServiceId::new(svc.namespace().unwrap_or_default(), svc.name_any());
+                let outcome = match k8s::service(&svc) {
+                    Ok(c) => {
+                        for w in &c.warnings {
+                            debug!(service = %id, "{w}");
+                        }
+                        self.reports.send(Report::Recovered {
+                            service: id.clone(),
+                            stage: Stage::Validation,
+                        });
+                        Outcome::Upsert(Change::UpsertService(c.value))
+                    }
+                    Err(e) => {
+                        self.invalid("Service", &id, Reason::InvalidService, e.to_string());
+                        Outcome::Keep
+                    }
+                };
+                out.extend(self.services.apply(id, outcome));
+            }
+            Event::Delete(svc) => {
+                let id = ServiceId::new(svc.namespace().unwrap_or_default(), svc.name_any());
+                out.extend(self.services.delete(&id));
+            }
+        }
+    }
+
+    fn on_slice(
+        &mut self,
+        ev: Event<EndpointSlice>,
+        out: &mut Vec<Change>,
+        triggers: &mut Vec<(ServiceId, SystemTime)>,
+    ) {
+        match ev {
+            Event::Init => self.slices.init(),
+            Event::InitDone => out.extend(self.slices.init_done()),
+            Event::Apply(eps) | Event::InitApply(eps) => {
+                let id = SliceId {
+                    namespace: eps.namespace().unwrap_or_default(),
+                    name: eps.name_any(),
+                };
+                let outcome = match k8s::slice(&eps) {
+                    Ok(SliceOutcome::Ipv4(c)) => {
+                        if let Some(t) = trigger_time(&eps).filter(|t| *t > self.started) {
+                            triggers.push((c.value.service.clone(), t));
+                        }
+                        Outcome::Upsert(Change::UpsertSlice(c.value))
+                    }
+                    Ok(SliceOutcome::Ignored { reason }) => {
+                        debug!(slice = %id, "{reason}");
+                        Outcome::Withdraw
+                    }
+                    Err(e) => {
+                        let service = eps
+                            .labels()
+                            .get(LABEL_SERVICE_NAME)
+                            .map(|s| ServiceId::new(&id.namespace, s));
+                        let msg = format!("EndpointSlice {id}: {e}");
+                        match service {
+                            Some(svc) => self.invalid(
+                                "EndpointSlice",
+                                &svc,
+                                Reason::InvalidEndpointSlice,
+                                msg,
+                            ),
+                            None => {
+                                self.count_invalid("EndpointSlice");
+                                warn!(slice = %id, "invalid EndpointSlice skipped: {e}");
+                            }
+                        }
+                        Outcome::Keep
+                    }
+                };
+                out.extend(self.slices.apply(id, outcome));
+            }
+            Event::Delete(eps) => {
+                let id = SliceId {
+                    namespace: eps.namespace().unwrap_or_default(),
+                    name: eps.name_any(),
+                };
+                out.extend(self.slices.delete(&id));
+            }
+        }
+    }
+
+    fn on_node(&mut self, ev: Event<Node>, out: &mut Vec<Change>) {
+        match ev {
+            Event::Init => self.node_seen = false,
+            Event::Apply(node) | Event::InitApply(node) => {
+                self.node_seen = true;
+                let zone = node.labels().get(LABEL_ZONE).cloned();
+                let deleting = node.meta().deletion_timestamp.is_some();
+                let draining = node
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.taints.as_ref())
+                    .is_some_and(|t| t.iter().any(|t| t.key == TAINT_TO_BE_DELETED));
+                self.health.set_node_eligible(!(deleting || draining));
+                out.push(Change::Node(NodeInfo {
+                    name: self.node.clone(),
+                    zone,
+                }));
+            }
+            Event::Delete(_) => {
+                self.health.set_node_eligible(false);
+            }
+            // A Node that is not there yet (an agent that starts before its
+            // kubelet registers) is eligible and has no zone.
+            Event::InitDone if !self.node_seen => {
+                self.health.set_node_eligible(true);
+                out.push(Change::Node(NodeInfo {
+                    name: self.node.clone(),
+                    zone: None,
+                }));
+            }
+            Event::InitDone => {}
+        }
+    }
+
+    fn invalid(&mut self, kind: &'static str, service: &ServiceId, reason: Reason, msg: String) {
+        self.count_invalid(kind);
+        warn!(%service, "invalid {kind}, keeping its last good version: {msg}");
+        self.reports.send(Report::Failed {
+            service: service.clone(),
+            reason,
+            message: msg,
+        });
+    }
+
+    fn count_invalid(&self, kind: &'static str) {
+        self.metrics
+            .invalid_objects
+            .get_or_create(&KindLabel { kind: kind.into() })
+            .inc();
+    }
+}
+
+fn trigger_time(eps: &EndpointSlice) -> Option<SystemTime> {
+    let v = eps.annotations().get(TRIGGER_TIME)?;
+    humantime::parse_rfc3339_weak(v).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn api_server_override_is_host_and_port() {
+        assert_eq!(
+            api_server_url("10.0.0.1:6443").unwrap().to_string(),
+            "https://10.0.0.1:6443/"
+        );
+        assert_eq!(
+            api_server_url("api.example.com:443").unwrap().host(),
+            Some("api.example.com")
+        );
+        assert!(api_server_url("10.0.0.1").is_none());
+        assert!(api_server_url(":6443").is_none());
+        assert!(api_server_url("h:notaport").is_none());
+    }
+}

@@ -1,0 +1,186 @@
+//! What the API source has told the controller about one kind. A watcher that
+//! restarts (after an outage, or a `410 Gone`) relists; objects the controller
+//! has but the relist lacks were deleted meanwhile. The relist's changes go out
+//! as one batch at its end, so the datapath moves from the old view to the new
+//! one without ever being flushed.
+use std::{collections::HashSet, hash::Hash};
+
+use crate::store::Change;
+
+/// What one object means for the controller.
+#[derive(Debug)]
+pub enum Outcome {
+    Upsert(Change),
+    /// Valid but not for this datapath (e.g. an FQDN slice): take back any
+    /// earlier version.
+    Withdraw,
+    /// Invalid: the last good version stays in force.
+    Keep,
+}
+
+#[derive(Debug)]
+pub struct Tracker<K> {
+    present: HashSet<K>,
+    relist: Option<Relist<K>>,
+    synced: bool,
+    delete: fn(&K) -> Change,
+}
+
+#[derive(Debug)]
+struct Relist<K> {
+    seen: HashSet<K>,
+    upserted: HashSet<K>,
+    withdrawn: HashSet<K>,
+    changes: Vec<Change>,
+}
+
+impl<K> Default for Relist<K> {
+    fn default() -> Self {
+        Self {
+            seen: HashSet::new(),
+            upserted: HashSet::new(),
+            withdrawn: HashSet::new(),
+            changes: Vec::new(),
+        }
+    }
+}
+
+impl<K: Clone + Eq + Hash> Tracker<K> {
+    pub fn new(delete: fn(&K) -> Change) -> Self {
+        Self {
+            present: HashSet::new(),
+            relist: None,
+            synced: false,
+            delete,
+        }
+    }
+
+    /// Has finished at least one full list.
+    pub const fn synced(&self) -> bool {
+        self.synced
+    }
+
+    pub fn init(&mut self) {
+        self.relist = Some(Relist::default());
+    }
+
+    /// An object added or changed; returns what to send now (nothing while a
+    /// relist is being collected).
+    pub fn apply(&mut self, key: K, outcome: Outcome) -> Vec<Change> {
+        if let Some(r) = &mut self.relist {
+            r.seen.insert(key.clone());
+            match outcome {
+                Outcome::Upsert(c) => {
+                    r.withdrawn.remove(&key);
+                    r.upserted.insert(key);
+                    r.changes.push(c);
+                }
+                Outcome::Withdraw => {
+                    r.upserted.remove(&key);
+                    r.changes.push((self.delete)(&key));
+                    r.withdrawn.insert(key);
+                }
+                Outcome::Keep => {}
+            }
+            return Vec::new();
+        }
+        match outcome {
+            Outcome::Upsert(c) => {
+                self.present.insert(key);
+                vec![c]
+            }
+            Outcome::Withdraw if self.present.remove(&key) => vec![(self.delete)(&key)],
+            Outcome::Withdraw | Outcome::Keep => Vec::new(),
+        }
+    }
+
+    pub fn delete(&mut self, key: &K) -> Vec<Change> {
+        if self.present.remove(key) {
+            vec![(self.delete)(key)]
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// The relist is complete: its changes, plus deletions of everything it
+    /// no longer has.
+    pub fn init_done(&mut self) -> Vec<Change> {
+        let r = self.relist.take().unwrap_or_default();
+        let mut changes = r.changes;
+        let gone: Vec<K> = self
+            .present
+            .iter()
+            .filter(|k| !r.seen.contains(*k))
+            .cloned()
+            .collect();
+        for k in &gone {
+            self.present.remove(k);
+            changes.push((self.delete)(k));
+        }
+        for k in &r.withdrawn {
+            self.present.remove(k);
+        }
+        self.present.extend(r.upserted);
+        self.synced = true;
+        changes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::ServiceId;
+
+    fn del(id: &ServiceId) -> Change {
+        Change::DeleteService(id.clone())
+    }
+
+    fn id(n: &str) -> ServiceId {
+        ServiceId::new("default", n)
+    }
+
+    fn up(n: &str) -> Outcome {
+        // Any Change works as a payload; the tracker never looks inside.
+        Outcome::Upsert(Change::DeleteSlice(crate::model::SliceId {
+            namespace: "default".into(),
+            name: n.into(),
+        }))
+    }
+
+    #[test]
+    fn relist_deletes_what_vanished_and_keeps_invalid_objects_last_good_version() {
+        let mut t = Tracker::new(del);
+        t.init();
+        assert!(t.apply(id("a"), up("a")).is_empty());
+        assert!(t.apply(id("b"), up("b")).is_empty());
+        assert!(t.apply(id("c"), up("c")).is_empty());
+        assert_eq!(t.init_done().len(), 3);
+        assert!(t.synced());
+
+        // Outage; meanwhile a is deleted and b turns invalid.
+        t.init();
+        t.apply(id("b"), Outcome::Keep);
+        t.apply(id("c"), up("c"));
+        let out = t.init_done();
+        assert_eq!(out.len(), 2);
+        assert!(out.contains(&Change::DeleteService(id("a"))));
+
+        // b's last good version is still in force, so deleting b deletes it.
+        assert_eq!(t.delete(&id("b")), vec![Change::DeleteService(id("b"))]);
+        assert!(t.delete(&id("a")).is_empty(), "a was already deleted");
+    }
+
+    #[test]
+    fn withdraw_takes_back_only_what_was_sent() {
+        let mut t = Tracker::new(del);
+        t.init();
+        t.init_done();
+        assert!(t.apply(id("x"), Outcome::Withdraw).is_empty());
+        assert_eq!(t.apply(id("x"), up("x")).len(), 1);
+        assert_eq!(
+            t.apply(id("x"), Outcome::Withdraw),
+            vec![Change::DeleteService(id("x"))]
+        );
+        assert!(t.delete(&id("x")).is_empty());
+    }
+}

@@ -1,0 +1,238 @@
+//! The agent's Prometheus metrics. Names follow kube-proxy's where one exists,
+//! so dashboards and SLOs built for kube-proxy carry over with a prefix change.
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::{
+    encoding::EncodeLabelSet,
+    metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
+    registry::Registry,
+};
+
+use crate::maps::MapName;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MapLabel {
+    pub map: String,
+}
+
+impl MapLabel {
+    pub fn of(map: MapName) -> Self {
+        Self {
+            map: map.pin_name().to_owned(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabel {
+    pub kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CodeLabel {
+    pub code: String,
+}
+
+pub struct Metrics {
+    registry: Registry,
+    /// One pass of the controller over the Services a change touched
+    /// (kube-proxy: `sync_proxy_rules_duration_seconds`).
+    pub sync_duration: Histogram,
+    /// From an EndpointSlice's `endpoints.kubernetes.io/last-change-trigger-time`
+    /// to the change being in the maps (kube-proxy:
+    /// `network_programming_duration_seconds`, same buckets).
+    pub network_programming: Histogram,
+    pub last_sync: Gauge<f64, AtomicU64>,
+    pub services: Gauge,
+    pub frontends: Gauge,
+    pub backends: Gauge,
+    pub map_entries: Family<MapLabel, Gauge>,
+    pub map_capacity: Family<MapLabel, Gauge>,
+    /// entries / capacity, as Cilium's `bpf_map_pressure`.
+    pub map_pressure: Family<MapLabel, Gauge<f64, AtomicU64>>,
+    pub map_full: Family<MapLabel, Counter>,
+    pub map_ops: Counter,
+    pub sync_errors: Family<ReasonLabel, Counter>,
+    pub invalid_objects: Family<KindLabel, Counter>,
+    pub watch_errors: Family<KindLabel, Counter>,
+    pub healthz: Family<CodeLabel, Counter>,
+    pub livez: Family<CodeLabel, Counter>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("weir");
+        let sync_duration = Histogram::new(
+            prometheus_client::metrics::histogram::exponential_buckets(0.0005, 2.0, 16),
+        );
+        let network_programming = Histogram::new(programming_buckets());
+        let this = Self {
+            registry: Registry::default(),
+            sync_duration,
+            network_programming,
+            last_sync: Gauge::default(),
+            services: Gauge::default(),
+            frontends: Gauge::default(),
+            backends: Gauge::default(),
+            map_entries: Family::default(),
+            map_capacity: Family::default(),
+            map_pressure: Family::default(),
+            map_full: Family::default(),
+            map_ops: Counter::default(),
+            sync_errors: Family::default(),
+            invalid_objects: Family::default(),
+            watch_errors: Family::default(),
+            healthz: Family::default(),
+            livez: Family::default(),
+        };
+        let r = &mut registry;
+        r.register(
+            "sync_duration_seconds",
+            "Time to program the Services one change touched",
+            this.sync_duration.clone(),
+        );
+        r.register(
+            "network_programming_duration_seconds",
+            "From an EndpointSlice's last-change-trigger-time to the change in the BPF maps",
+            this.network_programming.clone(),
+        );
+        r.register(
+            "sync_last_timestamp_seconds",
+            "When the maps were last synced (Unix time)",
+            this.last_sync.clone(),
+        );
+        r.register(
+            "services",
+            "Services the agent programs",
+            this.services.clone(),
+        );
+        r.register(
+            "frontends",
+            "VIP:port/proto frontends in the maps",
+            this.frontends.clone(),
+        );
+        r.register(
+            "backends",
+            "Backend entries in the maps",
+            this.backends.clone(),
+        );
+        r.register(
+            "map_entries",
+            "Entries in each agent-written BPF map",
+            this.map_entries.clone(),
+        );
+        r.register(
+            "map_capacity",
+            "Maximum entries of each agent-written BPF map",
+            this.map_capacity.clone(),
+        );
+        r.register(
+            "map_pressure",
+            "Fill ratio of each agent-written BPF map (entries / capacity)",
+            this.map_pressure.clone(),
+        );
+        r.register(
+            "map_full",
+            "Services that did not fit, by the map that was full",
+            this.map_full.clone(),
+        );
+        r.register(
+            "map_operations",
+            "Writes and deletes applied to the BPF maps",
+            this.map_ops.clone(),
+        );
+        r.register(
+            "sync_errors",
+            "Services whose programming failed, by reason",
+            this.sync_errors.clone(),
+        );
+        r.register(
+            "invalid_objects",
+            "Objects rejected by validation, by kind",
+            this.invalid_objects.clone(),
+        );
+        r.register(
+            "k8s_watch_errors",
+            "Failed list or watch calls to the API server, by kind",
+            this.watch_errors.clone(),
+        );
+        r.register(
+            "healthz",
+            "/healthz answers by HTTP code",
+            this.healthz.clone(),
+        );
+        r.register("livez", "/livez answers by HTTP code", this.livez.clone());
+        Self { registry, ..this }
+    }
+
+    /// The OpenMetrics text exposition.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+
+    pub fn set_map_usage(&self, map: MapName, used: u64, capacity: u32) {
+        let l = MapLabel::of(map);
+        self.map_entries
+            .get_or_create(&l)
+            .set(i64::try_from(used).unwrap_or(i64::MAX));
+        self.map_capacity.get_or_create(&l).set(i64::from(capacity));
+        let pressure = if capacity == 0 {
+            0.0
+        } else {
+            used as f64 / f64::from(capacity)
+        };
+        self.map_pressure.get_or_create(&l).set(pressure);
+    }
+}
+
+/// kube-proxy's buckets for `network_programming_duration_seconds`: fine below
+/// a second, then coarser out to about five minutes.
+fn programming_buckets() -> Vec<f64> {
+    use prometheus_client::metrics::histogram::linear_buckets;
+    linear_buckets(0.25, 0.25, 2)
+        .chain(linear_buckets(1.0, 1.0, 59))
+        .chain(linear_buckets(60.0, 5.0, 12))
+        .chain(linear_buckets(120.0, 30.0, 7))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exposition_has_every_family_and_map_pressure() {
+        let m = Metrics::new();
+        m.set_map_usage(MapName::Services, 3, 12);
+        m.sync_duration.observe(0.002);
+        m.map_ops.inc_by(5);
+        let text = m.encode();
+        for name in [
+            "weir_sync_duration_seconds_bucket",
+            "weir_network_programming_duration_seconds_count",
+            "weir_services ",
+            "weir_backends ",
+            "weir_map_operations_total 5",
+            "weir_map_entries{map=\"WEIR_SVC4\"} 3",
+            "weir_map_capacity{map=\"WEIR_SVC4\"} 12",
+            "weir_map_pressure{map=\"WEIR_SVC4\"} 0.25",
+        ] {
+            assert!(text.contains(name), "{name} missing from:\n{text}");
+        }
+        assert!(text.ends_with("# EOF\n"));
+    }
+}

@@ -1,0 +1,67 @@
+{{/* Chart name, truncated to the 63 characters a label value allows. */}}
+{{- define "weir.name" -}}
+{{- .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Object names: the release name, with the chart name prefixed unless it already contains it. */}}
+{{- define "weir.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "weir.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "weir.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "weir.labels" -}}
+{{ include "weir.selectorLabels" . }}
+app.kubernetes.io/component: agent
+app.kubernetes.io/part-of: weir
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end -}}
+
+{{/* repository[:tag][@digest]; the tag defaults to the chart's appVersion. */}}
+{{- define "weir.image" -}}
+{{- $tag := .Values.image.tag | default .Chart.AppVersion -}}
+{{- .Values.image.repository -}}
+{{- if $tag }}:{{ $tag }}{{ end -}}
+{{- if .Values.image.digest }}@{{ .Values.image.digest }}{{ end -}}
+{{- end -}}
+
+{{/* HOST:PORT, with IPv6 literals in brackets. */}}
+{{- define "weir.hostPort" -}}
+{{- $host := index . 0 -}}
+{{- $port := index . 1 | int64 -}}
+{{- if contains ":" $host -}}
+[{{ $host }}]:{{ $port }}
+{{- else -}}
+{{ $host }}:{{ $port }}
+{{- end -}}
+{{- end -}}
+
+{{/* Cross-field checks the schema cannot express. */}}
+{{- define "weir.validate" -}}
+{{- $range := splitList "-" .Values.nodePortRange -}}
+{{- $lo := index $range 0 | int64 -}}
+{{- $hi := index $range 1 | int64 -}}
+{{- if or (gt $lo $hi) (gt $hi 65535) -}}
+{{- fail (printf "nodePortRange %q: want LOW-HIGH with LOW <= HIGH <= 65535" .Values.nodePortRange) -}}
+{{- end -}}
+{{- if and .Values.metrics.enabled (eq (.Values.metrics.port | int64) (.Values.healthz.port | int64)) -}}
+{{- fail (printf "metrics.port and healthz.port are both %d: they need their own ports" (.Values.healthz.port | int64)) -}}
+{{- end -}}
+{{- if .Values.serviceMonitor.enabled -}}
+{{- if not .Values.metrics.enabled -}}
+{{- fail "serviceMonitor.enabled needs metrics.enabled: there is nothing to scrape" -}}
+{{- end -}}
+{{- if hasPrefix "127." .Values.metrics.bindAddress | or (eq .Values.metrics.bindAddress "::1") -}}
+{{- fail (printf "serviceMonitor.enabled needs metrics.bindAddress reachable from Prometheus (e.g. 0.0.0.0); %s is only reachable on the node" .Values.metrics.bindAddress) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}

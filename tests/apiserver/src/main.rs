@@ -1,0 +1,57 @@
+//! `weir-test-apiserver --listen ADDR --kubeconfig FILE`: serve until killed.
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
+
+use clap::Parser;
+use weir_test_apiserver::{Options, TestApiServer};
+
+#[derive(Parser)]
+#[command(
+    name = "weir-test-apiserver",
+    about = "A Kubernetes API server for tests and development"
+)]
+struct Cli {
+    /// Address to listen on (port 0 picks one).
+    #[arg(long, default_value = "127.0.0.1:6443")]
+    listen: SocketAddr,
+    /// Where to write the kubeconfig for clients.
+    #[arg(long)]
+    kubeconfig: PathBuf,
+    /// Seconds between watch bookmarks.
+    #[arg(long, default_value_t = 60)]
+    bookmark_interval: u64,
+    /// Events kept for watches to resume from.
+    #[arg(long, default_value_t = 10_000)]
+    history_limit: usize,
+    /// Extra DNS names or IPs for the serving certificate.
+    #[arg(long = "san")]
+    sans: Vec<String>,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let server = TestApiServer::start(Options {
+        listen: cli.listen,
+        bookmark_interval: Duration::from_secs(cli.bookmark_interval.max(1)),
+        history_limit: cli.history_limit,
+        extra_sans: cli.sans,
+        kubeconfig: Some(cli.kubeconfig.clone()),
+    })
+    .await?;
+    eprintln!(
+        "weir-test-apiserver: serving {} ; kubeconfig {}",
+        server.url(),
+        server.kubeconfig_path().display()
+    );
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    server.stop().await;
+    Ok(())
+}

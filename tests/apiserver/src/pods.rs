@@ -1,0 +1,165 @@
+//! Pod rules: defaulting, which spec fields an update may change, and binding.
+use serde_json::{Value, json};
+
+use crate::{error::ApiError, resources::ResourceDef, store::Inner};
+
+pub fn has_resources(pod: &Value) -> bool {
+    pod.pointer("/spec/containers")
+        .and_then(Value::as_array)
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["resources"].as_object().is_some_and(|r| !r.is_empty()))
+        })
+}
+
+pub fn defaults(pod: &mut Value) {
+    if !pod["spec"].is_object() {
+        return;
+    }
+    let spec = pod["spec"].as_object_mut().expect("checked");
+    for (k, v) in [
+        ("restartPolicy", json!("Always")),
+        ("terminationGracePeriodSeconds", json!(30)),
+        ("dnsPolicy", json!("ClusterFirst")),
+        ("schedulerName", json!("default-scheduler")),
+        ("securityContext", json!({})),
+        ("enableServiceLinks", json!(true)),
+        ("priority", json!(0)),
+    ] {
+        spec.entry(k).or_insert(v);
+    }
+    for list in ["initContainers", "containers"] {
+        for c in spec
+            .get_mut(list)
+            .and_then(Value::as_array_mut)
+            .into_iter()
+            .flatten()
+        {
+            let Some(c) = c.as_object_mut() else { continue };
+            let image = c.get("image").and_then(Value::as_str).unwrap_or_default();
+            let tag = image.rsplit('/').next().unwrap_or_default();
+            let latest = !tag.contains(':') || tag.ends_with(":latest");
+            let pull = if latest && !image.contains('@') {
+                "Always"
+            } else {
+                "IfNotPresent"
+            };
+            c.entry("imagePullPolicy").or_insert(json!(pull));
+            c.entry("terminationMessagePath")
+                .or_insert(json!("/dev/termination-log"));
+            c.entry("terminationMessagePolicy").or_insert(json!("File"));
+            c.entry("resources").or_insert(json!({}));
+            for p in c
+                .get_mut("ports")
+                .and_then(Value::as_array_mut)
+                .into_iter()
+                .flatten()
+            {
+                if p["protocol"].is_null() {
+                    p["protocol"] = json!("TCP");
+                }
+            }
+        }
+    }
+}
+
+const IMMUTABLE: &str = "Forbidden: pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)";
+
+/// Rejects spec changes the real validation rejects: only images, the
+/// deadline, the grace period, added tolerations and removed scheduling gates
+/// may change.
+pub fn check_update(
+    res: &ResourceDef,
+    name: &str,
+    old: &Value,
+    new: &Value,
+) -> Result<(), ApiError> {
+    let (a, mut b) = (&old["spec"], new["spec"].clone());
+    if b.is_null() {
+        return Ok(());
+    }
+    for list in ["containers", "initContainers"] {
+        let (Some(olds), Some(news)) = (a[list].as_array(), b[list].as_array_mut()) else {
+            continue;
+        };
+        if olds.len() == news.len() {
+            for (o, n) in olds.iter().zip(news.iter_mut()) {
+                n["image"] = o["image"].clone();
+            }
+        }
+    }
+    for field in ["activeDeadlineSeconds", "terminationGracePeriodSeconds"] {
+        b[field] = a[field].clone();
+    }
+    let subset = |small: &Value, big: &Value| {
+        let big = big.as_array().cloned().unwrap_or_default();
+        small
+            .as_array()
+            .into_iter()
+            .flatten()
+            .all(|x| big.contains(x))
+    };
+    if subset(&a["tolerations"], &b["tolerations"]) {
+        b["tolerations"] = a["tolerations"].clone();
+    }
+    if subset(&b["schedulingGates"], &a["schedulingGates"]) {
+        b["schedulingGates"] = a["schedulingGates"].clone();
+    }
+    // Normalize absent vs null so that copying an absent field is a no-op.
+    let strip = |v: &Value| match v {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        ),
+        other => other.clone(),
+    };
+    if strip(a) == strip(&b) {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(res, name, "spec", IMMUTABLE))
+    }
+}
+
+/// `POST pods/{name}/binding`: what the scheduler does to put a pod on a node.
+pub fn bind(
+    inner: &mut Inner,
+    res: &'static ResourceDef,
+    ns: &str,
+    name: &str,
+    binding: &Value,
+) -> Result<Value, ApiError> {
+    let node = binding
+        .pointer("/target/name")
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| ApiError::invalid(res, name, "target.name", "Required value"))?;
+    let mut pod = inner
+        .get(res, ns, name)
+        .cloned()
+        .ok_or_else(|| ApiError::not_found(res, name))?;
+    if let Some(current) = pod
+        .pointer("/spec/nodeName")
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty())
+    {
+        return Err(ApiError::conflict(
+            res,
+            name,
+            format!("pod {name} is already assigned to node {current:?}"),
+        ));
+    }
+    if !pod["metadata"]["deletionTimestamp"].is_null() {
+        return Err(ApiError::conflict(
+            res,
+            name,
+            format!("pod {name} is being deleted, cannot be assigned to a host"),
+        ));
+    }
+    pod["spec"]["nodeName"] = json!(node);
+    inner.put(res, ns, name, pod);
+    Ok(
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+    )
+}

@@ -1,0 +1,266 @@
+//! The object store: JSON objects keyed by resource, namespace and name, one
+//! global resourceVersion counter, and a bounded event history that watches
+//! replay from, like etcd with its compaction window.
+use std::{
+    collections::{BTreeMap, HashMap, HashSet, VecDeque},
+    sync::{Arc, Mutex, MutexGuard},
+};
+
+use serde_json::Value;
+use tokio::sync::broadcast;
+
+use crate::resources::ResourceDef;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    Added,
+    Modified,
+    Deleted,
+}
+
+/// One change, as stored in the history and sent to watches.
+#[derive(Debug)]
+pub struct Event {
+    pub rv: u64,
+    pub kind: EventKind,
+    pub res: &'static ResourceDef,
+    pub namespace: String,
+    pub object: Value,
+    /// The object before the change, so a selector watch can turn a MODIFIED
+    /// into ADDED or DELETED when the object enters or leaves the selection.
+    pub prev: Option<Value>,
+}
+
+type Objects = BTreeMap<(String, String), Value>;
+
+pub type Subscription = broadcast::Receiver<Arc<Event>>;
+
+/// Every Service's ClusterIPs and NodePorts, so allocation does not scan.
+#[derive(Default, Clone)]
+pub struct Allocations {
+    pub ips: HashSet<String>,
+    pub ports: HashSet<u64>,
+}
+
+impl Allocations {
+    fn update(&mut self, prev: Option<&Value>, next: Option<&Value>) {
+        if let Some(p) = prev {
+            let (ips, ports) = crate::services::allocated(p);
+            ips.iter().for_each(|ip| {
+                self.ips.remove(ip);
+            });
+            ports.iter().for_each(|port| {
+                self.ports.remove(port);
+            });
+        }
+        if let Some(n) = next {
+            let (ips, ports) = crate::services::allocated(n);
+            self.ips.extend(ips);
+            self.ports.extend(ports);
+        }
+    }
+}
+
+pub struct Inner {
+    alloc: Allocations,
+    rv: u64,
+    objects: HashMap<String, Objects>,
+    history: VecDeque<Arc<Event>>,
+    /// Watches and paged lists may start at any RV >= this one.
+    compacted: u64,
+    history_limit: usize,
+    tx: broadcast::Sender<Arc<Event>>,
+}
+
+pub struct Store {
+    inner: Mutex<Inner>,
+}
+
+/// Big enough that only a stalled watch lags; a lagging watch gets 410 Gone.
+const BROADCAST_CAPACITY: usize = 16 * 1024;
+
+impl Store {
+    pub fn new(history_limit: usize) -> Self {
+        let (tx, _) = broadcast::channel(BROADCAST_CAPACITY);
+        Store {
+            inner: Mutex::new(Inner {
+                alloc: Allocations::default(),
+                rv: 1,
+                objects: HashMap::new(),
+                history: VecDeque::new(),
+                compacted: 1,
+                history_limit: history_limit.max(1),
+                tx,
+            }),
+        }
+    }
+
+    pub fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock leaves consistent data: every mutation
+        // is a single insert/remove after validation.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Inner {
+    /// A copy for `dryRun=All`: writes go through every check and are thrown
+    /// away, and nobody is notified.
+    pub fn scratch(&self) -> Inner {
+        Inner {
+            alloc: self.alloc.clone(),
+            rv: self.rv,
+            objects: self.objects.clone(),
+            history: VecDeque::new(),
+            compacted: self.compacted,
+            history_limit: self.history_limit,
+            tx: broadcast::channel(1).0,
+        }
+    }
+
+    pub fn allocations(&self) -> &Allocations {
+        &self.alloc
+    }
+
+    fn is_service(res: &ResourceDef) -> bool {
+        res.group.is_empty() && res.plural == "services"
+    }
+
+    pub fn rv(&self) -> u64 {
+        self.rv
+    }
+
+    pub fn compacted(&self) -> u64 {
+        self.compacted
+    }
+
+    /// Forgets all history: every RV before now becomes too old.
+    pub fn compact(&mut self) {
+        self.history.clear();
+        self.compacted = self.rv;
+    }
+
+    pub fn get(&self, res: &ResourceDef, ns: &str, name: &str) -> Option<&Value> {
+        self.objects
+            .get(&res.id())?
+            .get(&(ns.to_string(), name.to_string()))
+    }
+
+    /// Objects of `res` in `ns` (all namespaces if `None`) in key order,
+    /// starting after `after`.
+    pub fn list<'a>(
+        &'a self,
+        res: &ResourceDef,
+        ns: Option<&'a str>,
+        after: Option<(String, String)>,
+    ) -> impl Iterator<Item = (&'a (String, String), &'a Value)> + 'a {
+        use std::ops::Bound;
+        let lower = match after {
+            Some(k) => Bound::Excluded(k),
+            None => match ns {
+                Some(ns) => Bound::Included((ns.to_string(), String::new())),
+                None => Bound::Unbounded,
+            },
+        };
+        self.objects
+            .get(&res.id())
+            .into_iter()
+            .flat_map(move |m| m.range((lower.clone(), Bound::Unbounded)))
+            .take_while(move |((kns, _), _)| ns.is_none_or(|ns| kns == ns))
+    }
+
+    pub fn namespace_exists(&self, ns: &str) -> bool {
+        self.get(crate::resources::namespaces(), "", ns).is_some()
+    }
+
+    /// Stores `obj` under a new resourceVersion and records the event.
+    pub fn put(
+        &mut self,
+        res: &'static ResourceDef,
+        ns: &str,
+        name: &str,
+        mut obj: Value,
+    ) -> Value {
+        self.rv += 1;
+        obj["metadata"]["resourceVersion"] = Value::String(self.rv.to_string());
+        let key = (ns.to_string(), name.to_string());
+        let prev = self
+            .objects
+            .entry(res.id())
+            .or_default()
+            .insert(key, obj.clone());
+        if Self::is_service(res) {
+            self.alloc.update(prev.as_ref(), Some(&obj));
+        }
+        let kind = if prev.is_some() {
+            EventKind::Modified
+        } else {
+            EventKind::Added
+        };
+        self.record(res, ns, kind, obj.clone(), prev);
+        obj
+    }
+
+    /// Removes an object; the DELETED event carries it (or `last`, its state
+    /// as of the removing write) at a new resourceVersion.
+    pub fn remove(
+        &mut self,
+        res: &'static ResourceDef,
+        ns: &str,
+        name: &str,
+        last: Option<Value>,
+    ) -> Option<Value> {
+        let prev = self
+            .objects
+            .get_mut(&res.id())?
+            .remove(&(ns.to_string(), name.to_string()))?;
+        if Self::is_service(res) {
+            self.alloc.update(Some(&prev), None);
+        }
+        self.rv += 1;
+        let mut obj = last.unwrap_or_else(|| prev.clone());
+        obj["metadata"]["resourceVersion"] = Value::String(self.rv.to_string());
+        self.record(res, ns, EventKind::Deleted, obj.clone(), Some(prev));
+        Some(obj)
+    }
+
+    fn record(
+        &mut self,
+        res: &'static ResourceDef,
+        ns: &str,
+        kind: EventKind,
+        object: Value,
+        prev: Option<Value>,
+    ) {
+        let ev = Arc::new(Event {
+            rv: self.rv,
+            kind,
+            res,
+            namespace: ns.to_string(),
+            object,
+            prev,
+        });
+        self.history.push_back(ev.clone());
+        while self.history.len() > self.history_limit {
+            if let Some(old) = self.history.pop_front() {
+                self.compacted = old.rv;
+            }
+        }
+        // No receivers is fine: nobody watches.
+        let _ = self.tx.send(ev);
+    }
+
+    /// Events after `rv` still in the history plus a receiver for later ones,
+    /// taken under one lock so nothing falls between them. `None` if `rv` was
+    /// compacted.
+    pub fn watch_from(&self, rv: u64) -> Option<(Vec<Arc<Event>>, Subscription)> {
+        if rv < self.compacted {
+            return None;
+        }
+        let past = self.history.iter().filter(|e| e.rv > rv).cloned().collect();
+        Some((past, self.tx.subscribe()))
+    }
+
+    pub fn subscribe(&self) -> Subscription {
+        self.tx.subscribe()
+    }
+}

@@ -1,0 +1,279 @@
+//! `meta.k8s.io/v1` Table output for `Accept: ...;as=Table`, which kubectl asks
+//! for to print its default columns.
+use serde_json::{Value, json};
+
+use crate::resources::ResourceDef;
+
+/// The form a read answers in, from the first type in `Accept` (clients list
+/// their preference first and plain JSON last as the fallback).
+#[derive(Debug, Clone)]
+pub enum View {
+    Object,
+    /// A Table, with the `includeObject` policy for its rows.
+    Table(String),
+    /// `PartialObjectMetadata`, what kube-rs's metadata API and
+    /// `metadata_watcher` ask for.
+    Metadata,
+}
+
+impl View {
+    pub fn from_accept(accept: &str, include_object: Option<&str>) -> Self {
+        let first = accept.split(',').next().unwrap_or_default();
+        if first.contains("as=Table") {
+            View::Table(include_object.unwrap_or("Metadata").to_string())
+        } else if first.contains("as=PartialObjectMetadata") {
+            View::Metadata
+        } else {
+            View::Object
+        }
+    }
+
+    /// A single object (get, or a watch event).
+    pub fn one(&self, res: &ResourceDef, obj: &Value) -> Value {
+        match self {
+            View::Object => obj.clone(),
+            View::Table(include) => {
+                let meta = json!({"resourceVersion": obj["metadata"]["resourceVersion"]});
+                table(res, std::slice::from_ref(obj), meta, include)
+            }
+            View::Metadata => partial(obj),
+        }
+    }
+
+    /// A list; `items` carry no type meta, as list items on the wire do not.
+    pub fn list(&self, res: &ResourceDef, items: &[Value], meta: Value) -> Value {
+        match self {
+            View::Object => json!({
+                "kind": format!("{}List", res.kind),
+                "apiVersion": res.api_version(),
+                "metadata": meta,
+                "items": items,
+            }),
+            View::Table(include) => table(res, items, meta, include),
+            View::Metadata => json!({
+                "kind": "PartialObjectMetadataList",
+                "apiVersion": "meta.k8s.io/v1",
+                "metadata": meta,
+                "items": items.iter().map(partial).collect::<Vec<_>>(),
+            }),
+        }
+    }
+}
+
+fn partial(obj: &Value) -> Value {
+    json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj["metadata"]})
+}
+
+fn col(name: &str, ty: &str, format: &str, priority: u8) -> Value {
+    json!({"name": name, "type": ty, "format": format, "description": name, "priority": priority})
+}
+
+fn columns(res: &ResourceDef) -> Vec<Value> {
+    let name = col("Name", "string", "name", 0);
+    let age = col("Age", "string", "", 0);
+    match (res.group, res.plural) {
+        ("", "pods") => vec![
+            name,
+            col("Ready", "string", "", 0),
+            col("Status", "string", "", 0),
+            col("Restarts", "string", "", 0),
+            age,
+            col("IP", "string", "", 1),
+            col("Node", "string", "", 1),
+        ],
+        ("", "services") => vec![
+            name,
+            col("Type", "string", "", 0),
+            col("Cluster-IP", "string", "", 0),
+            col("External-IP", "string", "", 0),
+            col("Port(s)", "string", "", 0),
+            age,
+        ],
+        ("", "namespaces") => vec![name, col("Status", "string", "", 0), age],
+        ("", "nodes") => vec![name, col("Status", "string", "", 0), age],
+        ("", "configmaps") => vec![name, col("Data", "integer", "", 0), age],
+        ("", "secrets") => vec![
+            name,
+            col("Type", "string", "", 0),
+            col("Data", "integer", "", 0),
+            age,
+        ],
+        ("discovery.k8s.io", "endpointslices") => vec![
+            name,
+            col("AddressType", "string", "", 0),
+            col("Ports", "string", "", 0),
+            col("Endpoints", "string", "", 0),
+            age,
+        ],
+        ("coordination.k8s.io", "leases") => vec![name, col("Holder", "string", "", 0), age],
+        _ => vec![name, age],
+    }
+}
+
+fn s<'a>(obj: &'a Value, ptr: &str) -> &'a str {
+    obj.pointer(ptr).and_then(Value::as_str).unwrap_or_default()
+}
+
+fn or_none(v: String) -> String {
+    if v.is_empty() { "<none>".into() } else { v }
+}
+
+fn cells(res: &ResourceDef, obj: &Value) -> Vec<Value> {
+    let name = json!(s(obj, "/metadata/name"));
+    let age = json!(age(s(obj, "/metadata/creationTimestamp")));
+    let arr = |p: &str| {
+        obj.pointer(p)
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    };
+    match (res.group, res.plural) {
+        ("", "pods") => {
+            let total = arr("/spec/containers").len();
+            let statuses = arr("/status/containerStatuses");
+            let ready = statuses
+                .iter()
+                .filter(|c| c["ready"] == json!(true))
+                .count();
+            let restarts: i64 = statuses
+                .iter()
+                .filter_map(|c| c["restartCount"].as_i64())
+                .sum();
+            let status = if !obj
+                .pointer("/metadata/deletionTimestamp")
+                .is_none_or(Value::is_null)
+            {
+                "Terminating".to_string()
+            } else {
+                s(obj, "/status/phase").to_string()
+            };
+            vec![
+                name,
+                json!(format!("{ready}/{total}")),
+                json!(status),
+                json!(restarts.to_string()),
+                age,
+                json!(or_none(s(obj, "/status/podIP").into())),
+                json!(or_none(s(obj, "/spec/nodeName").into())),
+            ]
+        }
+        ("", "services") => {
+            let ports: Vec<String> = arr("/spec/ports")
+                .iter()
+                .map(|p| match p["nodePort"].as_u64() {
+                    Some(np) => format!(
+                        "{}:{np}/{}",
+                        p["port"],
+                        p["protocol"].as_str().unwrap_or("TCP")
+                    ),
+                    None => format!("{}/{}", p["port"], p["protocol"].as_str().unwrap_or("TCP")),
+                })
+                .collect();
+            let external: Vec<String> = arr("/status/loadBalancer/ingress")
+                .iter()
+                .filter_map(|i| {
+                    i["ip"]
+                        .as_str()
+                        .or(i["hostname"].as_str())
+                        .map(String::from)
+                })
+                .collect();
+            vec![
+                name,
+                json!(s(obj, "/spec/type")),
+                json!(or_none(s(obj, "/spec/clusterIP").into())),
+                json!(or_none(external.join(","))),
+                json!(or_none(ports.join(","))),
+                age,
+            ]
+        }
+        ("", "namespaces") => vec![name, json!(s(obj, "/status/phase")), age],
+        ("", "nodes") => {
+            let ready = arr("/status/conditions")
+                .iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True");
+            vec![name, json!(if ready { "Ready" } else { "NotReady" }), age]
+        }
+        ("", "configmaps") => {
+            let n = obj["data"].as_object().map_or(0, |m| m.len())
+                + obj["binaryData"].as_object().map_or(0, |m| m.len());
+            vec![name, json!(n), age]
+        }
+        ("", "secrets") => {
+            let n = obj["data"].as_object().map_or(0, |m| m.len());
+            vec![name, json!(s(obj, "/type")), json!(n), age]
+        }
+        ("discovery.k8s.io", "endpointslices") => {
+            let ports: Vec<String> = arr("/ports")
+                .iter()
+                .map(|p| p["port"].to_string())
+                .collect();
+            let eps: Vec<String> = arr("/endpoints")
+                .iter()
+                .flat_map(|e| e["addresses"].as_array().cloned().unwrap_or_default())
+                .filter_map(|a| a.as_str().map(String::from))
+                .collect();
+            vec![
+                name,
+                json!(s(obj, "/addressType")),
+                json!(or_none(ports.join(","))),
+                json!(or_none(eps.join(","))),
+                age,
+            ]
+        }
+        ("coordination.k8s.io", "leases") => {
+            vec![
+                name,
+                json!(or_none(s(obj, "/spec/holderIdentity").into())),
+                age,
+            ]
+        }
+        _ => vec![name, age],
+    }
+}
+
+/// One row; `include` is the `includeObject` parameter (default Metadata).
+fn row(res: &ResourceDef, obj: &Value, include: &str) -> Value {
+    let mut row = json!({"cells": cells(res, obj)});
+    match include {
+        "None" => {}
+        "Object" => row["object"] = obj.clone(),
+        _ => {
+            row["object"] = json!({
+                "kind": "PartialObjectMetadata",
+                "apiVersion": "meta.k8s.io/v1",
+                "metadata": obj["metadata"],
+            })
+        }
+    }
+    row
+}
+
+fn table(res: &ResourceDef, objs: &[Value], list_meta: Value, include: &str) -> Value {
+    json!({
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": list_meta,
+        "columnDefinitions": columns(res),
+        "rows": objs.iter().map(|o| row(res, o, include)).collect::<Vec<_>>(),
+    })
+}
+
+/// kubectl's `duration.HumanDuration`.
+pub fn age(created: &str) -> String {
+    let Ok(t) = created.parse::<jiff::Timestamp>() else {
+        return "<unknown>".into();
+    };
+    let secs = (jiff::Timestamp::now().as_second() - t.as_second()).max(0);
+    let (m, h, d) = (secs / 60, secs / 3600, secs / 86400);
+    match secs {
+        _ if secs < 120 => format!("{secs}s"),
+        _ if m < 10 => format!("{m}m{}s", secs % 60),
+        _ if m < 180 => format!("{m}m"),
+        _ if h < 8 => format!("{h}h{}m", m % 60),
+        _ if h < 48 => format!("{h}h"),
+        _ if h < 192 => format!("{d}d{}h", h % 24),
+        _ if d < 730 => format!("{d}d"),
+        _ => format!("{}y{}d", d / 365, d % 365),
+    }
+}

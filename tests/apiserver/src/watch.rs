@@ -1,0 +1,229 @@
+//! Watch streams: newline-delimited JSON events over a chunked response, fed
+//! from the store's history and live broadcast, with bookmarks, timeouts,
+//! selector-aware ADDED/DELETED transitions and 410 Gone for compacted RVs.
+use std::{sync::Arc, time::Duration};
+
+use bytes::Bytes;
+use hyper::body::Frame;
+use serde_json::{Value, json};
+use tokio::sync::{broadcast, mpsc, watch};
+
+use crate::{
+    error::ApiError,
+    resources::ResourceDef,
+    selectors::Selector,
+    store::{Event, EventKind, Store},
+    table::View,
+};
+
+pub type FrameResult = Result<Frame<Bytes>, std::io::Error>;
+
+pub struct WatchRequest {
+    pub res: &'static ResourceDef,
+    pub namespace: Option<String>,
+    pub selector: Selector,
+    pub resource_version: Option<String>,
+    pub send_initial_events: bool,
+    pub bookmarks: bool,
+    pub timeout: Duration,
+    pub view: View,
+}
+
+impl WatchRequest {
+    fn wants(&self, ev: &Event) -> Option<&'static str> {
+        if !std::ptr::eq(ev.res, self.res)
+            || self
+                .namespace
+                .as_ref()
+                .is_some_and(|ns| *ns != ev.namespace)
+        {
+            return None;
+        }
+        let now = self.selector.matches(&ev.object);
+        let before = ev.prev.as_ref().is_some_and(|p| self.selector.matches(p));
+        match (ev.kind, before, now) {
+            (EventKind::Added, _, true) => Some("ADDED"),
+            (EventKind::Modified, true, true) => Some("MODIFIED"),
+            (EventKind::Modified, false, true) => Some("ADDED"),
+            (EventKind::Modified, true, false) => Some("DELETED"),
+            (EventKind::Deleted, b, n) if b || n => Some("DELETED"),
+            _ => None,
+        }
+    }
+
+    fn line(&self, ty: &str, obj: &Value) -> Bytes {
+        let object = self.view.one(self.res, obj);
+        let mut out =
+            serde_json::to_vec(&json!({"type": ty, "object": object})).unwrap_or_default();
+        out.push(b'\n');
+        Bytes::from(out)
+    }
+
+    fn bookmark(&self, rv: u64, initial_end: bool) -> Bytes {
+        let mut meta = json!({"resourceVersion": rv.to_string()});
+        if initial_end {
+            meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+        }
+        let obj =
+            json!({"kind": self.res.kind, "apiVersion": self.res.api_version(), "metadata": meta});
+        let mut out =
+            serde_json::to_vec(&json!({"type": "BOOKMARK", "object": obj})).unwrap_or_default();
+        out.push(b'\n');
+        Bytes::from(out)
+    }
+}
+
+fn expired_line(message: String) -> Bytes {
+    let status = json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": message, "reason": "Expired", "code": 410,
+    });
+    let mut out =
+        serde_json::to_vec(&json!({"type": "ERROR", "object": status})).unwrap_or_default();
+    out.push(b'\n');
+    Bytes::from(out)
+}
+
+/// What the stream starts with, read under one store lock.
+struct Start {
+    initial: Vec<Bytes>,
+    /// Send the `initial-events-end` bookmark after `initial`.
+    initial_end: bool,
+    rv: u64,
+    rx: Option<broadcast::Receiver<Arc<Event>>>,
+}
+
+fn start(store: &Store, req: &WatchRequest) -> Result<Start, ApiError> {
+    let inner = store.lock();
+    let snapshot = |inner: &crate::store::Inner| -> Vec<Bytes> {
+        inner
+            .list(req.res, req.namespace.as_deref(), None)
+            .filter(|(_, o)| req.selector.matches(o))
+            .map(|(_, o)| req.line("ADDED", o))
+            .collect()
+    };
+    let rv = req.resource_version.as_deref().unwrap_or_default();
+    if req.send_initial_events || rv.is_empty() || rv == "0" {
+        return Ok(Start {
+            initial: snapshot(&inner),
+            initial_end: req.send_initial_events,
+            rv: inner.rv(),
+            rx: Some(inner.subscribe()),
+        });
+    }
+    let from: u64 = rv.parse().map_err(|_| {
+        ApiError::BadRequest(format!(
+            "resourceVersion: Invalid value: {rv:?}: must be an unsigned integer"
+        ))
+    })?;
+    match inner.watch_from(from) {
+        Some((past, rx)) => Ok(Start {
+            initial: past
+                .iter()
+                .filter_map(|ev| req.wants(ev).map(|ty| req.line(ty, &ev.object)))
+                .collect(),
+            initial_end: false,
+            rv: past.last().map_or(from, |e| e.rv),
+            rx: Some(rx),
+        }),
+        None => Ok(Start {
+            initial: vec![expired_line(format!(
+                "too old resource version: {from} ({})",
+                inner.compacted()
+            ))],
+            initial_end: false,
+            rv: from,
+            rx: None,
+        }),
+    }
+}
+
+/// Starts a watch; the returned receiver yields the response body's frames.
+pub fn spawn(
+    store: Arc<Store>,
+    req: WatchRequest,
+    bookmark_interval: Duration,
+    shutdown: watch::Receiver<bool>,
+) -> Result<mpsc::Receiver<FrameResult>, ApiError> {
+    let start = start(&store, &req)?;
+    let (tx, out) = mpsc::channel(64);
+    tokio::spawn(run(req, start, bookmark_interval, shutdown, tx));
+    Ok(out)
+}
+
+async fn run(
+    req: WatchRequest,
+    start: Start,
+    bookmark_interval: Duration,
+    mut shutdown: watch::Receiver<bool>,
+    tx: mpsc::Sender<FrameResult>,
+) {
+    let send = |b: Bytes| tx.send(Ok(Frame::data(b)));
+    for line in start.initial {
+        if send(line).await.is_err() {
+            return;
+        }
+    }
+    let mut last_rv = start.rv;
+    if start.initial_end && send(req.bookmark(last_rv, true)).await.is_err() {
+        return;
+    }
+    let Some(mut rx) = start.rx else { return };
+    let deadline = tokio::time::sleep(req.timeout);
+    tokio::pin!(deadline);
+    let mut tick = tokio::time::interval_at(
+        tokio::time::Instant::now() + bookmark_interval,
+        bookmark_interval,
+    );
+    loop {
+        let next = tokio::select! {
+            _ = &mut deadline => return,
+            _ = async { let _ = shutdown.wait_for(|stop| *stop).await; } => {
+                // An error frame makes hyper abort the stream instead of
+                // ending it cleanly: clients see the outage.
+                let _ = tx.send(Err(std::io::Error::other("server stopping"))).await;
+                return;
+            }
+            _ = tx.closed() => return,
+            _ = tick.tick(), if req.bookmarks => {
+                // Everything up to the bookmark's RV must be sent first.
+                loop {
+                    match rx.try_recv() {
+                        Ok(ev) => {
+                            last_rv = last_rv.max(ev.rv);
+                            if let Some(ty) = req.wants(&ev)
+                                && send(req.line(ty, &ev.object)).await.is_err()
+                            {
+                                return;
+                            }
+                        }
+                        Err(broadcast::error::TryRecvError::Empty) => break,
+                        Err(_) => {
+                            let _ = send(expired_line("watch fell behind; too old resource version".into())).await;
+                            return;
+                        }
+                    }
+                }
+                req.bookmark(last_rv, false)
+            }
+            ev = rx.recv() => match ev {
+                Ok(ev) if ev.rv <= last_rv => continue,
+                Ok(ev) => {
+                    last_rv = ev.rv;
+                    match req.wants(&ev) {
+                        Some(ty) => req.line(ty, &ev.object),
+                        None => continue,
+                    }
+                }
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    let _ = send(expired_line("watch fell behind; too old resource version".into())).await;
+                    return;
+                }
+                Err(broadcast::error::RecvError::Closed) => return,
+            },
+        };
+        if send(next).await.is_err() {
+            return;
+        }
+    }
+}

@@ -1,0 +1,746 @@
+//! The server through kube-rs's own `Api` calls: CRUD, concurrency, patches,
+//! subresources, selectors, pagination, deletion semantics and allocation.
+use std::collections::BTreeMap;
+
+use k8s_openapi::{
+    api::{
+        coordination::v1::{Lease, LeaseSpec},
+        core::v1::{ConfigMap, Namespace, Node, Pod, Service},
+    },
+    apimachinery::pkg::apis::meta::v1::ObjectMeta,
+};
+use kube::{
+    Api, Client,
+    api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions},
+};
+use serde_json::json;
+use weir_test_apiserver::{Options, TestApiServer};
+
+async fn start() -> (TestApiServer, Client) {
+    let server = TestApiServer::start(Options::default())
+        .await
+        .expect("server starts");
+    let client = server.client().await.expect("client");
+    (server, client)
+}
+
+fn code(e: kube::Error) -> u16 {
+    match e {
+        kube::Error::Api(s) => s.code,
+        other => panic!("expected an API error, got {other:?}"),
+    }
+}
+
+fn cm(name: &str, labels: &[(&str, &str)]) -> ConfigMap {
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            labels: Some(
+                labels
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            ),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([("k".to_string(), "v".to_string())])),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn configmap_crud_with_conflicts_and_preconditions() {
+    let (_server, client) = start().await;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let created = api
+        .create(&PostParams::default(), &cm("a", &[]))
+        .await
+        .unwrap();
+    let rv1: u64 = created
+        .metadata
+        .resource_version
+        .clone()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(created.metadata.uid.is_some());
+    assert!(created.metadata.creation_timestamp.is_some());
+    assert_eq!(
+        code(
+            api.create(&PostParams::default(), &cm("a", &[]))
+                .await
+                .unwrap_err()
+        ),
+        409
+    );
+
+    let mut stale = api.get("a").await.unwrap();
+    let mut fresh = stale.clone();
+    fresh.data = Some(BTreeMap::from([("k".into(), "v2".into())]));
+    let replaced = api
+        .replace("a", &PostParams::default(), &fresh)
+        .await
+        .unwrap();
+    let rv2: u64 = replaced
+        .metadata
+        .resource_version
+        .clone()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(rv2 > rv1);
+    stale.data = Some(BTreeMap::from([("k".into(), "v3".into())]));
+    let err = api
+        .replace("a", &PostParams::default(), &stale)
+        .await
+        .unwrap_err();
+    let kube::Error::Api(status) = err else {
+        panic!("{err:?}")
+    };
+    assert_eq!((status.code, status.reason.as_str()), (409, "Conflict"));
+
+    // generateName
+    let mut gen_cm = cm("", &[]);
+    gen_cm.metadata.name = None;
+    gen_cm.metadata.generate_name = Some("gen-".into());
+    let g = api.create(&PostParams::default(), &gen_cm).await.unwrap();
+    assert!(g.metadata.name.unwrap().starts_with("gen-"));
+
+    // A namespace that does not exist.
+    let missing: Api<ConfigMap> = Api::namespaced(client.clone(), "nope");
+    let err = missing
+        .create(&PostParams::default(), &cm("x", &[]))
+        .await
+        .unwrap_err();
+    let kube::Error::Api(status) = err else {
+        panic!()
+    };
+    assert_eq!((status.code, status.reason.as_str()), (404, "NotFound"));
+    assert!(
+        status.message.contains("namespaces \"nope\" not found"),
+        "{}",
+        status.message
+    );
+
+    // Delete with a wrong then the right UID precondition.
+    let wrong = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: Some("not-it".into()),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    assert_eq!(code(api.delete("a", &wrong).await.unwrap_err()), 409);
+    let right = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: replaced.metadata.uid.clone(),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    api.delete("a", &right).await.unwrap();
+    assert_eq!(code(api.get("a").await.unwrap_err()), 404);
+    assert!(api.get_opt("a").await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn node_status_subresource_and_cluster_scope() {
+    let (_server, client) = start().await;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let node: Node = serde_json::from_value(json!({
+        "metadata": {"name": "n1", "labels": {"role": "worker"}},
+        "spec": {"podCIDR": "10.244.0.0/24"},
+        "status": {"conditions": [{"type": "Ready", "status": "False"}]}
+    }))
+    .unwrap();
+    nodes.create(&PostParams::default(), &node).await.unwrap();
+    // Status through /status changes only status.
+    let patched = nodes
+        .patch_status(
+            "n1",
+            &PatchParams::default(),
+            &Patch::Strategic(json!({
+                "metadata": {"labels": {"ignored": "yes"}},
+                "status": {"conditions": [{"type": "Ready", "status": "True"}, {"type": "MemoryPressure", "status": "False"}]}
+            })),
+        )
+        .await
+        .unwrap();
+    assert!(
+        !patched
+            .metadata
+            .labels
+            .as_ref()
+            .unwrap()
+            .contains_key("ignored")
+    );
+    let conds = patched
+        .status
+        .as_ref()
+        .unwrap()
+        .conditions
+        .as_ref()
+        .unwrap();
+    assert_eq!(conds.len(), 2);
+    assert_eq!(conds[0].status, "True");
+    // A main-resource update ignores status.
+    let mut n = nodes.get("n1").await.unwrap();
+    n.status = None;
+    n.spec.as_mut().unwrap().unschedulable = Some(true);
+    let updated = nodes
+        .replace("n1", &PostParams::default(), &n)
+        .await
+        .unwrap();
+    assert_eq!(updated.status.unwrap().conditions.unwrap().len(), 2);
+    assert_eq!(
+        nodes
+            .get_status("n1")
+            .await
+            .unwrap()
+            .spec
+            .unwrap()
+            .unschedulable,
+        Some(true)
+    );
+    // Field selector on a cluster-scoped kind.
+    let lp = ListParams::default().fields("spec.unschedulable=true");
+    assert_eq!(nodes.list(&lp).await.unwrap().items.len(), 1);
+
+    let namespaces: Api<Namespace> = Api::all(client);
+    let names: Vec<String> = namespaces
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|n| n.metadata.name)
+        .collect();
+    for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+        assert!(names.contains(&ns.to_string()), "{names:?}");
+    }
+}
+
+fn pod(name: &str, node: Option<&str>) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {"app": "web"}},
+        "spec": {
+            "nodeName": node,
+            "containers": [
+                {"name": "a", "image": "nginx:1", "env": [{"name": "X", "value": "1"}]},
+                {"name": "b", "image": "busybox:1"}
+            ],
+            "tolerations": [{"key": "t1", "operator": "Exists"}]
+        }
+    }))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn pod_patches_of_every_type() {
+    let (_server, client) = start().await;
+    let pods: Api<Pod> = Api::namespaced(client, "default");
+    let created = pods
+        .create(&PostParams::default(), &pod("p", Some("n1")))
+        .await
+        .unwrap();
+    assert_eq!(
+        created.status.as_ref().unwrap().phase.as_deref(),
+        Some("Pending")
+    );
+    assert_eq!(created.metadata.generation, Some(1));
+
+    // Strategic: containers merge by name, tolerations are atomic (a patch
+    // lists them all; the pod may only gain tolerations).
+    let p = pods
+        .patch(
+            "p",
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"spec": {
+                "containers": [{"name": "a", "image": "nginx:2"}],
+                "tolerations": [{"key": "t1", "operator": "Exists"}, {"key": "t2", "operator": "Exists"}]
+            }})),
+        )
+        .await
+        .unwrap();
+    let spec = p.spec.unwrap();
+    assert_eq!(spec.containers.len(), 2);
+    assert_eq!(spec.containers[0].image.as_deref(), Some("nginx:2"));
+    assert_eq!(spec.containers[0].env.as_ref().unwrap().len(), 1);
+    assert_eq!(spec.containers[1].name, "b");
+    assert_eq!(spec.tolerations.unwrap().len(), 2);
+    assert_eq!(p.metadata.generation, Some(2));
+    // Other pod spec fields are immutable, as on a real server.
+    let env = Patch::Strategic(
+        json!({"spec": {"containers": [{"name": "a", "env": [{"name": "Y", "value": "2"}]}]}}),
+    );
+    assert_eq!(
+        code(
+            pods.patch("p", &PatchParams::default(), &env)
+                .await
+                .unwrap_err()
+        ),
+        422
+    );
+
+    // Conditions merge by type through the status subresource.
+    pods.patch_status(
+        "p",
+        &PatchParams::default(),
+        &Patch::Strategic(json!({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "False"}, {"type": "PodScheduled", "status": "True"}]}})),
+    )
+    .await
+    .unwrap();
+    let p = pods
+        .patch_status(
+            "p",
+            &PatchParams::default(),
+            &Patch::Strategic(
+                json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let status = p.status.unwrap();
+    assert_eq!(status.phase.as_deref(), Some("Running"));
+    let conds = status.conditions.unwrap();
+    assert_eq!(conds.len(), 2);
+    assert!(
+        conds
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+    );
+
+    // Status written through the main resource is ignored.
+    let p = pods
+        .patch(
+            "p",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"labels": {"m": "1"}}, "status": {"phase": "Failed"}}),
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(p.metadata.labels.unwrap()["m"], "1");
+    assert_eq!(p.status.unwrap().phase.as_deref(), Some("Running"));
+
+    // JSON patch, including a failing test op.
+    let p = pods
+        .patch(
+            "p",
+            &PatchParams::default(),
+            &Patch::<()>::Json(serde_json::from_value(json!([{"op": "replace", "path": "/spec/containers/1/image", "value": "busybox:2"}])).unwrap()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        p.spec.unwrap().containers[1].image.as_deref(),
+        Some("busybox:2")
+    );
+    let bad: json_patch_ops::Ops =
+        serde_json::from_value(json!([{"op": "test", "path": "/metadata/name", "value": "other"}]))
+            .unwrap();
+    assert!(
+        pods.patch("p", &PatchParams::default(), &Patch::<()>::Json(bad))
+            .await
+            .is_err()
+    );
+
+    // Merge patch with a stale resourceVersion conflicts.
+    let stale = pods
+        .patch(
+            "p",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"resourceVersion": "1", "labels": {"z": "1"}}})),
+        )
+        .await;
+    assert_eq!(code(stale.unwrap_err()), 409);
+
+    // Server-side apply: creates when absent, merges when present.
+    let ssa = PatchParams::apply("weir-test").force();
+    let applied = pods
+        .patch("q", &ssa, &Patch::Apply(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "q"}, "spec": {"containers": [{"name": "c", "image": "x:1"}]}})))
+        .await
+        .unwrap();
+    assert!(applied.metadata.uid.is_some());
+    let applied = pods
+        .patch("q", &ssa, &Patch::Apply(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "q", "labels": {"l": "1"}}, "spec": {"containers": [{"name": "c", "image": "x:2"}]}})))
+        .await
+        .unwrap();
+    assert_eq!(applied.metadata.labels.unwrap()["l"], "1");
+    assert_eq!(
+        applied.spec.unwrap().containers[0].image.as_deref(),
+        Some("x:2")
+    );
+}
+
+mod json_patch_ops {
+    pub type Ops = json_patch::Patch;
+}
+
+#[tokio::test]
+async fn selectors_and_pagination() {
+    let (_server, client) = start().await;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    for i in 0..7 {
+        let tier = if i % 2 == 0 { "fe" } else { "be" };
+        api.create(
+            &PostParams::default(),
+            &cm(&format!("c{i}"), &[("app", "web"), ("tier", tier)]),
+        )
+        .await
+        .unwrap();
+    }
+    api.create(&PostParams::default(), &cm("other", &[("app", "db")]))
+        .await
+        .unwrap();
+    let count = |lp: ListParams| {
+        let api = api.clone();
+        async move { api.list(&lp).await.unwrap().items.len() }
+    };
+    assert_eq!(count(ListParams::default().labels("app=web")).await, 7);
+    assert_eq!(
+        count(ListParams::default().labels("app==web,tier=fe")).await,
+        4
+    );
+    assert_eq!(count(ListParams::default().labels("tier!=fe")).await, 4);
+    assert_eq!(
+        count(ListParams::default().labels("tier in (fe,be)")).await,
+        7
+    );
+    assert_eq!(
+        count(ListParams::default().labels("app notin (web)")).await,
+        1
+    );
+    assert_eq!(count(ListParams::default().labels("!tier")).await, 1);
+    assert_eq!(count(ListParams::default().labels("tier")).await, 7);
+    assert_eq!(
+        count(ListParams::default().fields("metadata.name=c3")).await,
+        1
+    );
+    assert_eq!(
+        count(ListParams::default().fields("metadata.name!=c3,metadata.namespace=default")).await,
+        7
+    );
+    let err = api
+        .list(&ListParams::default().fields("spec.nodeName=x"))
+        .await
+        .unwrap_err();
+    assert_eq!(code(err), 400);
+
+    // Pages of 3 over 8 objects.
+    let mut names = Vec::new();
+    let mut lp = ListParams::default().limit(3);
+    let mut pages = 0;
+    loop {
+        let page = api.list(&lp).await.unwrap();
+        pages += 1;
+        assert!(page.items.len() <= 3);
+        names.extend(page.items.into_iter().filter_map(|c| c.metadata.name));
+        match page.metadata.continue_ {
+            Some(c) if !c.is_empty() => lp = lp.continue_token(&c),
+            _ => break,
+        }
+    }
+    assert_eq!(pages, 3);
+    assert_eq!(names.len(), 8);
+    let mut sorted = names.clone();
+    sorted.dedup();
+    assert_eq!(sorted.len(), 8);
+
+    // Pod field selector.
+    let pods: Api<Pod> = Api::namespaced(client, "default");
+    pods.create(&PostParams::default(), &pod("on-n1", Some("n1")))
+        .await
+        .unwrap();
+    pods.create(&PostParams::default(), &pod("on-n2", Some("n2")))
+        .await
+        .unwrap();
+    let on_n1 = pods
+        .list(&ListParams::default().fields("spec.nodeName=n1"))
+        .await
+        .unwrap();
+    assert_eq!(on_n1.items.len(), 1);
+    assert_eq!(on_n1.items[0].metadata.name.as_deref(), Some("on-n1"));
+}
+
+#[tokio::test]
+async fn binding_dry_run_and_metadata_views() {
+    let (_server, client) = start().await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    pods.create(&PostParams::default(), &pod("p", None))
+        .await
+        .unwrap();
+    // The scheduler's way onto a node.
+    let binding = json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "p"}, "target": {"kind": "Node", "name": "n1"}});
+    let req = http_post("/api/v1/namespaces/default/pods/p/binding", &binding);
+    client.request_text(req).await.unwrap();
+    assert_eq!(
+        pods.get("p")
+            .await
+            .unwrap()
+            .spec
+            .unwrap()
+            .node_name
+            .as_deref(),
+        Some("n1")
+    );
+    let again = http_post("/api/v1/namespaces/default/pods/p/binding", &binding);
+    assert!(client.request_text(again).await.is_err());
+
+    // dryRun writes nothing.
+    let dry = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    pods.create(&dry, &pod("ghost", None)).await.unwrap();
+    assert!(pods.get_opt("ghost").await.unwrap().is_none());
+    pods.delete(
+        "p",
+        &DeleteParams {
+            dry_run: true,
+            grace_period_seconds: Some(0),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert!(pods.get_opt("p").await.unwrap().is_some());
+
+    // PartialObjectMetadata for get, list and watch.
+    let meta = pods.get_metadata("p").await.unwrap();
+    assert_eq!(meta.metadata.name.as_deref(), Some("p"));
+    let metas = pods.list_metadata(&ListParams::default()).await.unwrap();
+    assert_eq!(metas.items.len(), 1);
+    assert!(metas.items[0].metadata.uid.is_some());
+}
+
+fn http_post(path: &str, body: &serde_json::Value) -> http::Request<Vec<u8>> {
+    http::Request::post(path)
+        .header("content-type", "application/json")
+        .body(serde_json::to_vec(body).unwrap())
+        .unwrap()
+}
+
+#[tokio::test]
+async fn pod_graceful_deletion() {
+    let (_server, client) = start().await;
+    let pods: Api<Pod> = Api::namespaced(client, "default");
+    pods.create(&PostParams::default(), &pod("bound", Some("n1")))
+        .await
+        .unwrap();
+    pods.create(&PostParams::default(), &pod("unbound", None))
+        .await
+        .unwrap();
+
+    // A pod on a node only gets a deletionTimestamp; the kubelet finishes it.
+    let first = pods
+        .delete("bound", &DeleteParams::default())
+        .await
+        .unwrap();
+    let p = first.left().expect("pending deletion returns the pod");
+    assert!(p.metadata.deletion_timestamp.is_some());
+    assert_eq!(p.metadata.deletion_grace_period_seconds, Some(30));
+    let still = pods.get("bound").await.unwrap();
+    assert!(still.metadata.deletion_timestamp.is_some());
+    // A shorter grace period shortens it; a longer one does not.
+    pods.delete("bound", &DeleteParams::default().grace_period(10))
+        .await
+        .unwrap();
+    assert_eq!(
+        pods.get("bound")
+            .await
+            .unwrap()
+            .metadata
+            .deletion_grace_period_seconds,
+        Some(10)
+    );
+    pods.delete("bound", &DeleteParams::default().grace_period(20))
+        .await
+        .unwrap();
+    assert_eq!(
+        pods.get("bound")
+            .await
+            .unwrap()
+            .metadata
+            .deletion_grace_period_seconds,
+        Some(10)
+    );
+    pods.delete("bound", &DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
+    assert!(pods.get_opt("bound").await.unwrap().is_none());
+
+    // A pod on no node goes at once.
+    pods.delete("unbound", &DeleteParams::default())
+        .await
+        .unwrap();
+    assert!(pods.get_opt("unbound").await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn finalizers_hold_deletion_and_namespace_delete_cascades() {
+    let (_server, client) = start().await;
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "t1"}})).unwrap();
+    namespaces
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "t1");
+    let mut held = cm("held", &[]);
+    held.metadata.finalizers = Some(vec!["weir.dev/test".into()]);
+    api.create(&PostParams::default(), &held).await.unwrap();
+    api.delete("held", &DeleteParams::default()).await.unwrap();
+    let got = api.get("held").await.unwrap();
+    assert!(got.metadata.deletion_timestamp.is_some());
+    api.patch(
+        "held",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+    assert!(api.get_opt("held").await.unwrap().is_none());
+
+    api.create(&PostParams::default(), &cm("doomed", &[]))
+        .await
+        .unwrap();
+    namespaces
+        .delete("t1", &DeleteParams::default())
+        .await
+        .unwrap();
+    assert!(api.get_opt("doomed").await.unwrap().is_none());
+    assert_eq!(
+        code(
+            api.create(&PostParams::default(), &cm("late", &[]))
+                .await
+                .unwrap_err()
+        ),
+        404
+    );
+}
+
+fn service(name: &str, spec: serde_json::Value) -> Service {
+    serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).unwrap()
+}
+
+#[tokio::test]
+async fn services_get_cluster_ips_and_node_ports() {
+    let (_server, client) = start().await;
+    let svcs: Api<Service> = Api::namespaced(client, "default");
+    let a = svcs
+        .create(
+            &PostParams::default(),
+            &service("a", json!({"ports": [{"port": 80}]})),
+        )
+        .await
+        .unwrap();
+    let spec = a.spec.unwrap();
+    let ip = spec.cluster_ip.clone().unwrap();
+    assert!(ip.starts_with("10.96."), "{ip}");
+    assert_eq!(spec.cluster_ips, Some(vec![ip.clone()]));
+    assert_eq!(spec.type_.as_deref(), Some("ClusterIP"));
+    let dup = svcs
+        .create(
+            &PostParams::default(),
+            &service("b", json!({"clusterIP": ip, "ports": [{"port": 80}]})),
+        )
+        .await;
+    assert_eq!(code(dup.unwrap_err()), 422);
+    let headless = svcs
+        .create(
+            &PostParams::default(),
+            &service("h", json!({"clusterIP": "None", "ports": [{"port": 80}]})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(headless.spec.unwrap().cluster_ip.as_deref(), Some("None"));
+    let np = svcs
+        .create(
+            &PostParams::default(),
+            &service("np", json!({"type": "NodePort", "ports": [{"port": 80}]})),
+        )
+        .await
+        .unwrap();
+    let port = np.spec.unwrap().ports.unwrap()[0].node_port.unwrap();
+    assert!((30000..=32767).contains(&port));
+    let dup = svcs
+        .create(
+            &PostParams::default(),
+            &service(
+                "np2",
+                json!({"type": "NodePort", "ports": [{"port": 80, "nodePort": port}]}),
+            ),
+        )
+        .await;
+    assert_eq!(code(dup.unwrap_err()), 422);
+    // A replace without the allocated values keeps them.
+    let mut again = service("a", json!({"ports": [{"port": 81}]}));
+    again.metadata.resource_version = a.metadata.resource_version.clone();
+    let replaced = svcs
+        .replace("a", &PostParams::default(), &again)
+        .await
+        .unwrap();
+    assert_eq!(replaced.spec.unwrap().cluster_ip, Some(ip));
+}
+
+#[tokio::test]
+async fn lease_create_and_replace() {
+    let (_server, client) = start().await;
+    let leases: Api<Lease> = Api::namespaced(client, "kube-node-lease");
+    let lease = Lease {
+        metadata: ObjectMeta {
+            name: Some("n1".into()),
+            ..Default::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some("n1".into()),
+            lease_duration_seconds: Some(40),
+            ..Default::default()
+        }),
+    };
+    let mut l = leases.create(&PostParams::default(), &lease).await.unwrap();
+    l.spec.as_mut().unwrap().lease_duration_seconds = Some(10);
+    let r = leases
+        .replace("n1", &PostParams::default(), &l)
+        .await
+        .unwrap();
+    assert_eq!(r.spec.unwrap().lease_duration_seconds, Some(10));
+    assert_eq!(
+        code(
+            leases
+                .replace("n1", &PostParams::default(), &l)
+                .await
+                .unwrap_err()
+        ),
+        409
+    );
+}
+
+#[tokio::test]
+async fn token_authenticates_and_anonymous_is_refused() {
+    let (server, _client) = start().await;
+    let by_token = server.client_for_context("weir-test-token").await.unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(by_token, "default");
+    api.create(&PostParams::default(), &cm("t", &[]))
+        .await
+        .unwrap();
+
+    let mut config = kube::Config::new(server.url().parse().unwrap());
+    config.root_cert = Some(vec![pem_to_der(server.ca_pem())]);
+    let anonymous = Client::try_from(config).unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(anonymous, "default");
+    assert_eq!(
+        code(api.list(&ListParams::default()).await.unwrap_err()),
+        401
+    );
+}
+
+fn pem_to_der(pem: &str) -> Vec<u8> {
+    use base64::Engine as _;
+    let b64: String = pem.lines().filter(|l| !l.starts_with("-----")).collect();
+    base64::engine::general_purpose::STANDARD
+        .decode(b64)
+        .unwrap()
+}

@@ -1,0 +1,313 @@
+//! The server through the real kubectl (skipped, loudly, when it is absent).
+use std::{path::Path, process::Stdio, time::Duration};
+
+use tokio::{
+    io::{AsyncBufReadExt as _, BufReader},
+    process::Command,
+};
+use weir_test_apiserver::{Options, TestApiServer};
+
+const KUBECTL: &str = "/usr/bin/kubectl";
+
+fn kubectl_cmd(server: &TestApiServer, args: &[&str]) -> Command {
+    let cache = server.kubeconfig_path().with_file_name("kubectl-cache");
+    let mut cmd = Command::new(KUBECTL);
+    cmd.arg("--kubeconfig")
+        .arg(server.kubeconfig_path())
+        .arg("--cache-dir")
+        .arg(cache)
+        .args(args)
+        .env_remove("KUBECONFIG")
+        .stdin(Stdio::null());
+    cmd
+}
+
+/// Runs kubectl to completion: (success, stdout, stderr).
+async fn kubectl(server: &TestApiServer, args: &[&str]) -> (bool, String, String) {
+    let out = tokio::time::timeout(Duration::from_secs(60), kubectl_cmd(server, args).output())
+        .await
+        .expect("kubectl finishes")
+        .expect("kubectl runs");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+async fn ok(server: &TestApiServer, args: &[&str]) -> String {
+    let (success, stdout, stderr) = kubectl(server, args).await;
+    assert!(success, "kubectl {args:?} failed: {stderr}");
+    stdout
+}
+
+fn json(s: &str) -> serde_json::Value {
+    serde_json::from_str(s).unwrap_or_else(|e| panic!("not JSON ({e}): {s}"))
+}
+
+const MANIFEST_V1: &str = r#"
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: app
+  namespace: demo
+  labels: {app: web}
+data:
+  greeting: hello
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: web
+  namespace: demo
+spec:
+  selector: {app: web}
+  ports:
+  - {name: http, port: 80, targetPort: 8080}
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: p
+  namespace: demo
+spec:
+  containers:
+  - {name: a, image: "nginx:1"}
+  - {name: b, image: "busybox:1"}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_create_apply_get_watch_patch_delete() {
+    if !Path::new(KUBECTL).exists() {
+        eprintln!("SKIPPED: {KUBECTL} is not installed; kubectl compatibility is untested");
+        return;
+    }
+    let server = TestApiServer::start(Options::default()).await.unwrap();
+    let dir = server.kubeconfig_path().parent().unwrap().to_path_buf();
+
+    assert!(
+        ok(&server, &["create", "ns", "demo"])
+            .await
+            .contains("namespace/demo created")
+    );
+    let (success, _, stderr) = kubectl(&server, &["create", "ns", "demo"]).await;
+    assert!(!success && stderr.contains("AlreadyExists"), "{stderr}");
+
+    // apply: create, then change one object and re-apply.
+    let manifest = dir.join("manifest.yaml");
+    std::fs::write(&manifest, MANIFEST_V1).unwrap();
+    let out = ok(&server, &["apply", "-f", manifest.to_str().unwrap()]).await;
+    assert!(
+        out.contains("configmap/app created")
+            && out.contains("service/web created")
+            && out.contains("pod/p created"),
+        "{out}"
+    );
+    std::fs::write(
+        &manifest,
+        MANIFEST_V1.replace("greeting: hello", "greeting: bonjour"),
+    )
+    .unwrap();
+    let out = ok(&server, &["apply", "-f", manifest.to_str().unwrap()]).await;
+    assert!(
+        out.contains("configmap/app configured") && out.contains("service/web unchanged"),
+        "{out}"
+    );
+    let cm = json(
+        &ok(
+            &server,
+            &["-n", "demo", "get", "configmap", "app", "-o", "json"],
+        )
+        .await,
+    );
+    assert_eq!(cm["data"]["greeting"], "bonjour");
+    assert!(
+        cm["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"]
+            .is_string()
+    );
+
+    // Default table output.
+    let table = ok(&server, &["-n", "demo", "get", "services"]).await;
+    let mut lines = table.lines();
+    let header: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        [
+            "NAME",
+            "TYPE",
+            "CLUSTER-IP",
+            "EXTERNAL-IP",
+            "PORT(S)",
+            "AGE"
+        ]
+    );
+    let row: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    assert_eq!(&row[..2], ["web", "ClusterIP"]);
+    assert!(row[2].starts_with("10.96."), "{table}");
+    assert_eq!(row[4], "80/TCP");
+    let list = json(&ok(&server, &["get", "namespaces", "-o", "json"]).await);
+    assert!(list["items"].as_array().unwrap().len() >= 5);
+
+    // get -w sees an update arrive.
+    let mut watch = kubectl_cmd(&server, &["-n", "demo", "get", "configmap", "app", "-w"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(watch.stdout.take().unwrap()).lines();
+    let read = async |out: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout>>| {
+        tokio::time::timeout(Duration::from_secs(30), out.next_line())
+            .await
+            .expect("watch output")
+            .unwrap()
+            .expect("a line")
+    };
+    assert!(read(&mut out).await.starts_with("NAME"));
+    let first: Vec<String> = read(&mut out)
+        .await
+        .split_whitespace()
+        .map(String::from)
+        .collect();
+    assert_eq!(&first[..2], ["app", "1"]);
+    // Patch, --type merge: a second key arrives on the watch.
+    ok(
+        &server,
+        &[
+            "-n",
+            "demo",
+            "patch",
+            "configmap",
+            "app",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"data":{"extra":"1"}}"#,
+        ],
+    )
+    .await;
+    let second: Vec<String> = read(&mut out)
+        .await
+        .split_whitespace()
+        .map(String::from)
+        .collect();
+    assert_eq!(&second[..2], ["app", "2"]);
+    watch.kill().await.unwrap();
+
+    // Default (strategic) patch merges containers by name.
+    ok(
+        &server,
+        &[
+            "-n",
+            "demo",
+            "patch",
+            "pod",
+            "p",
+            "-p",
+            r#"{"spec":{"containers":[{"name":"b","image":"busybox:2"}]}}"#,
+        ],
+    )
+    .await;
+    let pod = json(&ok(&server, &["-n", "demo", "get", "pod", "p", "-o", "json"]).await);
+    let containers = pod["spec"]["containers"].as_array().unwrap();
+    assert_eq!(containers.len(), 2);
+    assert_eq!(containers[0]["image"], "nginx:1");
+    assert_eq!(containers[1]["image"], "busybox:2");
+
+    // delete, then the object is gone.
+    assert!(
+        ok(&server, &["-n", "demo", "delete", "configmap", "app"])
+            .await
+            .contains("deleted")
+    );
+    let (success, _, stderr) = kubectl(&server, &["-n", "demo", "get", "configmap", "app"]).await;
+    assert!(!success && stderr.contains("NotFound"), "{stderr}");
+    ok(&server, &["delete", "namespace", "demo"]).await;
+    let (success, _, stderr) = kubectl(&server, &["get", "namespace", "demo"]).await;
+    assert!(!success && stderr.contains("NotFound"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_typed_create_subcommands() {
+    if !Path::new(KUBECTL).exists() {
+        eprintln!("SKIPPED: {KUBECTL} is not installed; kubectl compatibility is untested");
+        return;
+    }
+    let server = TestApiServer::start(Options::default()).await.unwrap();
+    // These send protobuf bodies.
+    ok(
+        &server,
+        &[
+            "-n",
+            "default",
+            "create",
+            "configmap",
+            "c",
+            "--from-literal=k=v",
+        ],
+    )
+    .await;
+    ok(
+        &server,
+        &[
+            "-n",
+            "default",
+            "create",
+            "secret",
+            "generic",
+            "s",
+            "--from-literal=k=v",
+        ],
+    )
+    .await;
+    ok(
+        &server,
+        &[
+            "-n",
+            "default",
+            "create",
+            "service",
+            "nodeport",
+            "np",
+            "--tcp=80:8080",
+        ],
+    )
+    .await;
+    let cm = json(
+        &ok(
+            &server,
+            &["-n", "default", "get", "configmap", "c", "-o", "json"],
+        )
+        .await,
+    );
+    assert_eq!(cm["data"]["k"], "v");
+    let secret = json(
+        &ok(
+            &server,
+            &["-n", "default", "get", "secret", "s", "-o", "json"],
+        )
+        .await,
+    );
+    assert_eq!(
+        (secret["data"]["k"].as_str(), secret["type"].as_str()),
+        (Some("dg=="), Some("Opaque"))
+    );
+    let svc = json(
+        &ok(
+            &server,
+            &["-n", "default", "get", "service", "np", "-o", "json"],
+        )
+        .await,
+    );
+    let port = &svc["spec"]["ports"][0];
+    assert_eq!(
+        (port["port"].as_i64(), port["targetPort"].as_i64()),
+        (Some(80), Some(8080))
+    );
+    assert!(
+        port["nodePort"]
+            .as_i64()
+            .is_some_and(|p| (30000..=32767).contains(&p))
+    );
+    assert_eq!(svc["spec"]["sessionAffinity"], "None");
+}
