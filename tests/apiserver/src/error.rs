@@ -67,6 +67,12 @@ pub enum ApiError {
     },
     #[error("{0}")]
     BadRequest(String),
+    #[error("{resource} \"{name}\" is forbidden: {reason}")]
+    Forbidden {
+        resource: String,
+        name: String,
+        reason: String,
+    },
     #[error("{0}")]
     Gone(String),
     #[error("the server could not find the requested resource")]
@@ -151,6 +157,7 @@ impl ApiError {
             ApiError::AlreadyExists { .. } | ApiError::Conflict { .. } => 409,
             ApiError::Invalid { .. } => 422,
             ApiError::BadRequest(_) => 400,
+            ApiError::Forbidden { .. } => 403,
             ApiError::Gone(_) => 410,
             ApiError::MethodNotAllowed => 405,
             ApiError::UnsupportedMediaType | ApiError::UnsupportedPatchType => 415,
@@ -166,6 +173,7 @@ impl ApiError {
             ApiError::Conflict { .. } => "Conflict",
             ApiError::Invalid { .. } => "Invalid",
             ApiError::BadRequest(_) => "BadRequest",
+            ApiError::Forbidden { .. } => "Forbidden",
             ApiError::Gone(_) => "Expired",
             ApiError::MethodNotAllowed => "MethodNotAllowed",
             ApiError::UnsupportedMediaType | ApiError::UnsupportedPatchType => {
@@ -207,6 +215,7 @@ impl ApiError {
                     json!([{"reason": "FieldValueInvalid", "message": detail, "field": field}]);
                 Some(d)
             }
+            ApiError::Forbidden { resource, name, .. } => Some(details(name, "", resource)),
             _ => None,
         };
         let mut status = json!({

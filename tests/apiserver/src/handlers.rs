@@ -225,7 +225,13 @@ pub fn patch(state: &State, r: &ApiRequest) -> Reply {
     let body = patch::parse_body(kind, &r.body)?;
     let status_only = r.subresource.as_deref() == Some("status");
     let (obj, created) = with_store(state, r, |inner| {
-        semantics::patch(inner, r.res, r.ns(), name(r), kind, &body, status_only)
+        let req = semantics::PatchRequest {
+            kind,
+            body: &body,
+            status_only,
+            manager: r.q("fieldManager"),
+        };
+        semantics::patch(inner, r.res, r.ns(), name(r), &req)
     })?;
     Ok(json_response(if created { 201 } else { 200 }, &obj))
 }

@@ -168,7 +168,15 @@ fn merge_map(
                     merge_map(o, p, path)?;
                 }
             }
-            (Some(Value::Array(o)), Value::Array(p)) => merge_list(o, p, path)?,
+            (Some(Value::Array(o)), Value::Array(p)) => {
+                merge_list(o, p, path)?;
+                // Deleting the last item leaves no list, as Go's omitempty
+                // serialization of the real object would.
+                let only_deletes = p.iter().all(|e| e.get("$patch").is_some());
+                if o.is_empty() && only_deletes && !p.is_empty() {
+                    orig.remove(k);
+                }
+            }
             (_, v) => {
                 orig.insert(k.clone(), strip_value(v));
             }
@@ -235,6 +243,87 @@ fn merge_list(
     Ok(())
 }
 
+/// Turns an apply configuration into a strategic patch that also removes what
+/// the same manager applied last time and has now dropped: the part of
+/// server-side apply's field ownership that clients notice most.
+pub fn with_removals(previous: &Value, applied: &Value) -> Value {
+    match (previous, applied) {
+        (Value::Object(p), Value::Object(a)) => Value::Object(map_removals(p, a, &mut Vec::new())),
+        _ => applied.clone(),
+    }
+}
+
+fn map_removals(
+    prev: &Map<String, Value>,
+    applied: &Map<String, Value>,
+    path: &mut Vec<String>,
+) -> Map<String, Value> {
+    let mut out = applied.clone();
+    for (k, pv) in prev {
+        if matches!(k.as_str(), "apiVersion" | "kind") {
+            continue;
+        }
+        path.push(k.clone());
+        match (pv, applied.get(k)) {
+            // Only the fields this manager set go; others' fields in the same
+            // map or keyed list stay.
+            (Value::Object(pm), None) => {
+                out.insert(
+                    k.clone(),
+                    Value::Object(map_removals(pm, &Map::new(), path)),
+                );
+            }
+            (Value::Array(_), None) if matches!(strategy(path), ListStrategy::ByKey(_)) => {
+                let list = list_removals(pv, &[], path);
+                out.insert(k.clone(), Value::Array(list));
+            }
+            (_, None) => {
+                out.insert(k.clone(), Value::Null);
+            }
+            (Value::Object(pm), Some(Value::Object(am))) => {
+                out.insert(k.clone(), Value::Object(map_removals(pm, am, path)));
+            }
+            (Value::Array(_), Some(Value::Array(al))) => {
+                if matches!(strategy(path), ListStrategy::ByKey(_)) {
+                    out.insert(k.clone(), Value::Array(list_removals(pv, al, path)));
+                }
+            }
+            _ => {}
+        }
+        path.pop();
+    }
+    out
+}
+
+/// A keyed list as applied now, with delete directives for the items applied
+/// last time and dropped since.
+fn list_removals(prev: &Value, applied: &[Value], path: &mut Vec<String>) -> Vec<Value> {
+    let ListStrategy::ByKey(key) = strategy(path) else {
+        return applied.to_vec();
+    };
+    let prev = prev.as_array().map(Vec::as_slice).unwrap_or_default();
+    let mut list = Vec::new();
+    for a in applied {
+        let before = prev
+            .iter()
+            .find(|p| p.get(key).is_some() && p.get(key) == a.get(key));
+        match (before, a) {
+            (Some(Value::Object(pm)), Value::Object(am)) => {
+                list.push(Value::Object(map_removals(pm, am, path)));
+            }
+            _ => list.push(a.clone()),
+        }
+    }
+    for p in prev {
+        if let Some(id) = p.get(key)
+            && !applied.iter().any(|a| a.get(key) == Some(id))
+        {
+            list.push(serde_json::json!({key: id, "$patch": "delete"}));
+        }
+    }
+    list
+}
+
 /// Drops patch directives from a value that is inserted as a whole.
 fn strip_value(v: &Value) -> Value {
     match v {
@@ -299,6 +388,22 @@ mod tests {
             out,
             json!({"metadata": {"finalizers": ["b", "c"], "labels": {"z": "3"}},
                    "spec": {"containers": [{"name": "q"}]}})
+        );
+    }
+
+    #[test]
+    fn apply_removes_what_the_manager_dropped() {
+        let prev = json!({"metadata": {"labels": {"a": "1", "b": "2"}},
+                          "spec": {"containers": [{"name": "x", "image": "i", "env": [{"name": "E"}]}, {"name": "y"}]}});
+        let now = json!({"metadata": {"labels": {"a": "1"}},
+                         "spec": {"containers": [{"name": "x", "image": "i"}]}});
+        let live = json!({"metadata": {"labels": {"a": "1", "b": "2", "other": "kept"}},
+                          "spec": {"containers": [{"name": "x", "image": "i", "env": [{"name": "E"}]}, {"name": "y"}]}});
+        let out = apply(PatchType::Strategic, &live, &with_removals(&prev, &now)).unwrap();
+        assert_eq!(
+            out,
+            json!({"metadata": {"labels": {"a": "1", "other": "kept"}},
+                   "spec": {"containers": [{"name": "x", "image": "i"}]}})
         );
     }
 

@@ -63,6 +63,32 @@ pub fn defaults(pod: &mut Value) {
     }
 }
 
+/// The checks of upstream pod validation that tests trip over most.
+pub fn validate(res: &ResourceDef, name: &str, pod: &Value) -> Result<(), ApiError> {
+    let containers = pod.pointer("/spec/containers").and_then(Value::as_array);
+    let Some(containers) = containers.filter(|c| !c.is_empty()) else {
+        return Err(ApiError::invalid(
+            res,
+            name,
+            "spec.containers",
+            "Required value",
+        ));
+    };
+    for (i, c) in containers.iter().enumerate() {
+        for field in ["name", "image"] {
+            if c[field].as_str().unwrap_or_default().is_empty() {
+                return Err(ApiError::invalid(
+                    res,
+                    name,
+                    &format!("spec.containers[{i}].{field}"),
+                    "Required value",
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 const IMMUTABLE: &str = "Forbidden: pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)";
 
 /// Rejects spec changes the real validation rejects: only images, the

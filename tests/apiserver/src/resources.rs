@@ -203,7 +203,8 @@ pub static RESOURCES: &[ResourceDef] = &[
         namespaced: true,
         status_subresource: false,
         generation: false,
-        short_names: &["ev"],
+        // No short name: kubectl warns when "ev" is ambiguous.
+        short_names: &[],
         field_selectors: EVENTS_V1_FIELDS,
     },
 ];

@@ -105,6 +105,17 @@ pub fn create(
         name = format!("{prefix}{}", random_suffix());
         obj["metadata"]["name"] = json!(name);
     }
+    validate_name(res, &name)?;
+    if res.id() == "discovery.k8s.io/endpointslices"
+        && !matches!(obj["addressType"].as_str(), Some("IPv4" | "IPv6" | "FQDN"))
+    {
+        return Err(ApiError::invalid(
+            res,
+            &name,
+            "addressType",
+            "Unsupported value: supported values: \"FQDN\", \"IPv4\", \"IPv6\"",
+        ));
+    }
     if inner.get(res, ns, &name).is_some() {
         return Err(ApiError::already_exists(res, &name));
     }
@@ -127,6 +138,36 @@ pub fn create(
     Ok(inner.put(res, ns, &name, obj))
 }
 
+/// Names are DNS-1123 subdomains; Namespaces and Services (which become DNS
+/// labels) are DNS-1123 labels, as upstream validation has it.
+fn validate_name(res: &ResourceDef, name: &str) -> Result<(), ApiError> {
+    let label = res.group.is_empty() && matches!(res.plural, "namespaces" | "services");
+    let (max, dots) = if label { (63, false) } else { (253, true) };
+    let ok = name.len() <= max
+        && name.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && name.ends_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && name.chars().all(|c| {
+            c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || (dots && c == '.')
+        });
+    if ok {
+        return Ok(());
+    }
+    let what = if label {
+        "RFC 1123 label"
+    } else {
+        "RFC 1123 subdomain"
+    };
+    Err(ApiError::invalid(
+        res,
+        name,
+        "metadata.name",
+        format!(
+            "Invalid value: {name:?}: a lowercase {what} must consist of lower case alphanumeric characters, '-'{} and must start and end with an alphanumeric character",
+            if dots { " or '.'," } else { "," }
+        ),
+    ))
+}
+
 fn defaults_on_create(
     inner: &Inner,
     res: &ResourceDef,
@@ -140,6 +181,7 @@ fn defaults_on_create(
             obj["status"] = json!({"phase": "Active"});
         }
         ("", "pods") => {
+            pods::validate(res, name, obj)?;
             pods::defaults(obj);
             let qos = if pods::has_resources(obj) {
                 "Burstable"
@@ -204,7 +246,14 @@ pub fn update(
     }
     let mut new = if status_only {
         let mut n = old.clone();
-        n["status"] = obj["status"].take();
+        match obj["status"].take() {
+            Value::Null => {
+                if let Some(m) = n.as_object_mut() {
+                    m.remove("status");
+                }
+            }
+            status => n["status"] = status,
+        }
         n
     } else {
         if res.status_subresource {
@@ -250,12 +299,20 @@ pub fn update(
             pods::defaults(&mut new);
             pods::check_update(res, name, &old, &new)?;
         }
+        ("discovery.k8s.io", "endpointslices") if new["addressType"] != old["addressType"] => {
+            return Err(ApiError::invalid(
+                res,
+                name,
+                "addressType",
+                "Invalid value: field is immutable",
+            ));
+        }
         ("", "namespaces") if !status_only => {
             new["metadata"]["labels"]["kubernetes.io/metadata.name"] = json!(name);
         }
         _ => {}
     }
-    if res.generation && new.get("spec") != old.get("spec") {
+    if res.generation && spec_changed(&old, &new) {
         let g = old["metadata"]["generation"].as_i64().unwrap_or(0) + 1;
         new["metadata"]["generation"] = json!(g);
     }
@@ -276,6 +333,23 @@ pub fn update(
     Ok(inner.put(res, ns, name, new))
 }
 
+/// What bumps `metadata.generation`: `.spec`, or for kinds without one
+/// (EndpointSlices) anything outside metadata.
+fn spec_changed(old: &Value, new: &Value) -> bool {
+    if old.get("spec").is_some() || new.get("spec").is_some() {
+        return old.get("spec") != new.get("spec");
+    }
+    let body = |v: &Value| {
+        let mut v = v.clone();
+        if let Some(m) = v.as_object_mut() {
+            m.remove("metadata");
+            m.remove("status");
+        }
+        v
+    };
+    body(old) != body(new)
+}
+
 fn finalizers(obj: &Value) -> Vec<String> {
     obj["metadata"]["finalizers"]
         .as_array()
@@ -286,6 +360,16 @@ fn finalizers(obj: &Value) -> Vec<String> {
         .collect()
 }
 
+/// A PATCH request's content.
+pub struct PatchRequest<'a> {
+    pub kind: PatchType,
+    pub body: &'a Value,
+    /// The `/status` subresource.
+    pub status_only: bool,
+    /// `fieldManager`; apply remembers what each manager applied.
+    pub manager: Option<&'a str>,
+}
+
 /// Patches an object under the store lock. Apply creates the object when it
 /// is absent; returns whether it did.
 pub fn patch(
@@ -293,10 +377,17 @@ pub fn patch(
     res: &'static ResourceDef,
     ns: &str,
     name: &str,
-    kind: PatchType,
-    body: &Value,
-    status_only: bool,
+    req: &PatchRequest<'_>,
 ) -> Result<(Value, bool), ApiError> {
+    let (kind, body, status_only) = (req.kind, req.body, req.status_only);
+    let apply_key = |obj: &Value| {
+        let uid = obj["metadata"]["uid"].as_str().unwrap_or_default();
+        (
+            uid.to_string(),
+            req.manager.unwrap_or_default().to_string(),
+            status_only,
+        )
+    };
     let Some(current) = inner.get(res, ns, name).cloned() else {
         if kind == PatchType::Apply && !status_only {
             let mut obj = body.clone();
@@ -310,10 +401,13 @@ pub fn patch(
                 )));
             }
             obj["metadata"]["name"] = json!(name);
-            return Ok((create(inner, res, ns, obj)?, true));
+            let created = create(inner, res, ns, obj)?;
+            inner.remember_applied(apply_key(&created), body.clone());
+            return Ok((created, true));
         }
         return Err(ApiError::not_found(res, name));
     };
+    let mut effective = body.clone();
     if kind == PatchType::Apply {
         for (field, v) in [("kind", res.kind), ("apiVersion", &res.api_version())] {
             if body[field].as_str() != Some(v) {
@@ -322,8 +416,11 @@ pub fn patch(
                 )));
             }
         }
+        if let Some(previous) = inner.last_applied(&apply_key(&current)) {
+            effective = patch::with_removals(previous, body);
+        }
     }
-    let mut patched = patch::apply(kind, &current, body)?;
+    let mut patched = patch::apply(kind, &current, &effective)?;
     // A patch that carries a resourceVersion makes it a precondition.
     let want_rv = patched["metadata"]["resourceVersion"].clone();
     if want_rv != current["metadata"]["resourceVersion"] && !want_rv.is_null() {
@@ -335,7 +432,11 @@ pub fn patch(
             current["metadata"]["resourceVersion"].clone(),
         );
     }
-    Ok((update(inner, res, ns, name, patched, status_only)?, false))
+    let updated = update(inner, res, ns, name, patched, status_only)?;
+    if kind == PatchType::Apply {
+        inner.remember_applied(apply_key(&current), body.clone());
+    }
+    Ok((updated, false))
 }
 
 /// Parsed `DeleteOptions` (body or query).
@@ -390,6 +491,13 @@ pub fn delete(
         ));
     }
     if res.id() == resources::namespaces().id() {
+        if matches!(name, "default" | "kube-system" | "kube-public") {
+            return Err(ApiError::Forbidden {
+                resource: "namespaces".into(),
+                name: name.into(),
+                reason: "this namespace may not be deleted".into(),
+            });
+        }
         return Ok(Deleted::Gone(delete_namespace(inner, name)));
     }
     let grace = if res.id() == "/pods" {

@@ -189,6 +189,10 @@ impl TestApiServer {
     /// Like [`client`](Self::client) for a kubeconfig context (`weir-test-token`
     /// authenticates with the bearer token).
     pub async fn client_for_context(&self, context: &str) -> Result<kube::Client, Error> {
+        // kube builds its rustls config from the process-wide provider, which
+        // rustls cannot pick on its own if the build graph enables both ring
+        // and aws-lc-rs; install the one this crate uses if none is set.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let kubeconfig = kube::config::Kubeconfig::from_yaml(&self.kubeconfig())?;
         let options = kube::config::KubeConfigOptions {
             context: Some(context.to_string()),

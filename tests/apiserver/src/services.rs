@@ -131,8 +131,11 @@ pub fn prepare(
     let old_ports: Vec<Value> = old_spec
         .and_then(|os| os["ports"].as_array().cloned())
         .unwrap_or_default();
-    let Some(list) = spec["ports"].as_array_mut() else {
-        return Ok(());
+    let headless = spec["clusterIP"] == "None";
+    let list = match spec["ports"].as_array_mut() {
+        Some(list) if !list.is_empty() => list,
+        _ if headless => return Ok(()),
+        _ => return Err(invalid("spec.ports", "Required value".into())),
     };
     for (i, p) in list.iter_mut().enumerate() {
         let Some(port) = p["port"].as_u64() else {

@@ -61,8 +61,16 @@ impl Allocations {
     }
 }
 
+/// (object uid, field manager, status subresource).
+pub type ApplyKey = (String, String, bool);
+
+type Applied = HashMap<String, HashMap<(String, bool), Value>>;
+
 pub struct Inner {
     alloc: Allocations,
+    /// What each manager last applied to each object (by uid, so a recreated
+    /// object starts fresh).
+    applied: Applied,
     rv: u64,
     objects: HashMap<String, Objects>,
     history: VecDeque<Arc<Event>>,
@@ -85,6 +93,7 @@ impl Store {
         Store {
             inner: Mutex::new(Inner {
                 alloc: Allocations::default(),
+                applied: HashMap::new(),
                 rv: 1,
                 objects: HashMap::new(),
                 history: VecDeque::new(),
@@ -108,6 +117,7 @@ impl Inner {
     pub fn scratch(&self) -> Inner {
         Inner {
             alloc: self.alloc.clone(),
+            applied: self.applied.clone(),
             rv: self.rv,
             objects: self.objects.clone(),
             history: VecDeque::new(),
@@ -115,6 +125,17 @@ impl Inner {
             history_limit: self.history_limit,
             tx: broadcast::channel(1).0,
         }
+    }
+
+    pub fn last_applied(&self, (uid, manager, status): &ApplyKey) -> Option<&Value> {
+        self.applied.get(uid)?.get(&(manager.clone(), *status))
+    }
+
+    pub fn remember_applied(&mut self, (uid, manager, status): ApplyKey, config: Value) {
+        self.applied
+            .entry(uid)
+            .or_default()
+            .insert((manager, status), config);
     }
 
     pub fn allocations(&self) -> &Allocations {
@@ -215,6 +236,9 @@ impl Inner {
             .remove(&(ns.to_string(), name.to_string()))?;
         if Self::is_service(res) {
             self.alloc.update(Some(&prev), None);
+        }
+        if let Some(uid) = prev["metadata"]["uid"].as_str() {
+            self.applied.remove(uid);
         }
         self.rv += 1;
         let mut obj = last.unwrap_or_else(|| prev.clone());

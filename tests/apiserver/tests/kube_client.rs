@@ -1,12 +1,9 @@
 //! The server through kube-rs's own `Api` calls: CRUD, concurrency, patches,
-//! subresources, selectors, pagination, deletion semantics and allocation.
+//! subresources, selectors, pagination, authentication and deletion semantics.
 use std::collections::BTreeMap;
 
 use k8s_openapi::{
-    api::{
-        coordination::v1::{Lease, LeaseSpec},
-        core::v1::{ConfigMap, Namespace, Node, Pod, Service},
-    },
+    api::core::v1::{ConfigMap, Namespace, Node, Pod},
     apimachinery::pkg::apis::meta::v1::ObjectMeta,
 };
 use kube::{
@@ -372,6 +369,21 @@ async fn pod_patches_of_every_type() {
         applied.spec.unwrap().containers[0].image.as_deref(),
         Some("x:2")
     );
+    // Another writer's label survives; the label this manager stops applying goes.
+    pods.patch(
+        "q",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"other": "1"}}})),
+    )
+    .await
+    .unwrap();
+    let applied = pods
+        .patch("q", &ssa, &Patch::Apply(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "q"}, "spec": {"containers": [{"name": "c", "image": "x:2"}]}})))
+        .await
+        .unwrap();
+    let labels = applied.metadata.labels.unwrap_or_default();
+    assert!(!labels.contains_key("l"), "{labels:?}");
+    assert_eq!(labels["other"], "1");
 }
 
 mod json_patch_ops {
@@ -611,6 +623,11 @@ async fn finalizers_hold_deletion_and_namespace_delete_cascades() {
         .await
         .unwrap();
     assert!(api.get_opt("doomed").await.unwrap().is_none());
+    let err = namespaces
+        .delete("default", &DeleteParams::default())
+        .await
+        .unwrap_err();
+    assert_eq!(code(err), 403);
     assert_eq!(
         code(
             api.create(&PostParams::default(), &cm("late", &[]))
@@ -618,103 +635,6 @@ async fn finalizers_hold_deletion_and_namespace_delete_cascades() {
                 .unwrap_err()
         ),
         404
-    );
-}
-
-fn service(name: &str, spec: serde_json::Value) -> Service {
-    serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).unwrap()
-}
-
-#[tokio::test]
-async fn services_get_cluster_ips_and_node_ports() {
-    let (_server, client) = start().await;
-    let svcs: Api<Service> = Api::namespaced(client, "default");
-    let a = svcs
-        .create(
-            &PostParams::default(),
-            &service("a", json!({"ports": [{"port": 80}]})),
-        )
-        .await
-        .unwrap();
-    let spec = a.spec.unwrap();
-    let ip = spec.cluster_ip.clone().unwrap();
-    assert!(ip.starts_with("10.96."), "{ip}");
-    assert_eq!(spec.cluster_ips, Some(vec![ip.clone()]));
-    assert_eq!(spec.type_.as_deref(), Some("ClusterIP"));
-    let dup = svcs
-        .create(
-            &PostParams::default(),
-            &service("b", json!({"clusterIP": ip, "ports": [{"port": 80}]})),
-        )
-        .await;
-    assert_eq!(code(dup.unwrap_err()), 422);
-    let headless = svcs
-        .create(
-            &PostParams::default(),
-            &service("h", json!({"clusterIP": "None", "ports": [{"port": 80}]})),
-        )
-        .await
-        .unwrap();
-    assert_eq!(headless.spec.unwrap().cluster_ip.as_deref(), Some("None"));
-    let np = svcs
-        .create(
-            &PostParams::default(),
-            &service("np", json!({"type": "NodePort", "ports": [{"port": 80}]})),
-        )
-        .await
-        .unwrap();
-    let port = np.spec.unwrap().ports.unwrap()[0].node_port.unwrap();
-    assert!((30000..=32767).contains(&port));
-    let dup = svcs
-        .create(
-            &PostParams::default(),
-            &service(
-                "np2",
-                json!({"type": "NodePort", "ports": [{"port": 80, "nodePort": port}]}),
-            ),
-        )
-        .await;
-    assert_eq!(code(dup.unwrap_err()), 422);
-    // A replace without the allocated values keeps them.
-    let mut again = service("a", json!({"ports": [{"port": 81}]}));
-    again.metadata.resource_version = a.metadata.resource_version.clone();
-    let replaced = svcs
-        .replace("a", &PostParams::default(), &again)
-        .await
-        .unwrap();
-    assert_eq!(replaced.spec.unwrap().cluster_ip, Some(ip));
-}
-
-#[tokio::test]
-async fn lease_create_and_replace() {
-    let (_server, client) = start().await;
-    let leases: Api<Lease> = Api::namespaced(client, "kube-node-lease");
-    let lease = Lease {
-        metadata: ObjectMeta {
-            name: Some("n1".into()),
-            ..Default::default()
-        },
-        spec: Some(LeaseSpec {
-            holder_identity: Some("n1".into()),
-            lease_duration_seconds: Some(40),
-            ..Default::default()
-        }),
-    };
-    let mut l = leases.create(&PostParams::default(), &lease).await.unwrap();
-    l.spec.as_mut().unwrap().lease_duration_seconds = Some(10);
-    let r = leases
-        .replace("n1", &PostParams::default(), &l)
-        .await
-        .unwrap();
-    assert_eq!(r.spec.unwrap().lease_duration_seconds, Some(10));
-    assert_eq!(
-        code(
-            leases
-                .replace("n1", &PostParams::default(), &l)
-                .await
-                .unwrap_err()
-        ),
-        409
     );
 }
 

@@ -70,14 +70,7 @@ impl Agent {
         node: &str,
         extra: &[&str],
     ) -> Result<Self> {
-        Self::launch(
-            &Self::api_args(kubeconfig, node),
-            &topo.cgroup.path,
-            &topo.pin_dir(),
-            topo.dir.join("agent.log"),
-            extra,
-            true,
-        )
+        Self::launch_api(topo, kubeconfig, node, extra, true)
     }
 
     /// As [`Self::start_api`], but returns as soon as the process runs: for an
@@ -88,13 +81,23 @@ impl Agent {
         node: &str,
         extra: &[&str],
     ) -> Result<Self> {
+        Self::launch_api(topo, kubeconfig, node, extra, false)
+    }
+
+    fn launch_api(
+        topo: &Topology,
+        kubeconfig: &std::path::Path,
+        node: &str,
+        extra: &[&str],
+        wait: bool,
+    ) -> Result<Self> {
         Self::launch(
             &Self::api_args(kubeconfig, node),
             &topo.cgroup.path,
             &topo.pin_dir(),
             topo.dir.join("agent.log"),
             extra,
-            false,
+            wait,
         )
     }
 

@@ -56,6 +56,18 @@ fn wait_backends(
     })
 }
 
+/// Service `web` at `vip` with every backend of a 3-backend topology, and
+/// the agent seeing all three.
+fn web3(cluster: &Cluster, topo: &Topology, agent: &Agent, vip: &str) -> Result<Duration> {
+    cluster.service("web", vip, json!({}))?;
+    cluster.slice(
+        "web-1",
+        "web",
+        &[ep(topo, "be1"), ep(topo, "be2"), ep(topo, "be3")],
+    )?;
+    wait_backends(agent, topo, vip, &["be1", "be2", "be3"], SECOND)
+}
+
 fn node(name: &str, zone: &str) -> serde_json::Value {
     json!({"apiVersion": "v1", "kind": "Node",
            "metadata": {"name": name, "labels": {"topology.kubernetes.io/zone": zone}}})
@@ -68,13 +80,7 @@ fn creates_updates_and_deletes_reach_the_datapath_within_a_second() -> Result<()
     let agent = Agent::start_api(&topo, cluster.kubeconfig(), NODE, &[])?;
     let vip = "10.96.0.10";
 
-    cluster.service("web", vip, json!({}))?;
-    cluster.slice(
-        "web-1",
-        "web",
-        &[ep(&topo, "be1"), ep(&topo, "be2"), ep(&topo, "be3")],
-    )?;
-    let took = wait_backends(&agent, &topo, vip, &["be1", "be2", "be3"], SECOND)?;
+    let took = web3(&cluster, &topo, &agent, vip)?;
     eprintln!("create reached the maps in {took:?}");
     let p = topo.probe("tcp", &format!("{vip}:80"), 90)?;
     ensure!(p.ok == 90 && p.peer_mismatch == 0, "{p:?}");
@@ -213,13 +219,7 @@ fn api_server_down_for_30s_keeps_the_datapath_and_it_converges_after() -> Result
     let cluster = Cluster::start()?;
     let agent = Agent::start_api(&topo, cluster.kubeconfig(), NODE, &[])?;
     let vip = "10.96.0.10";
-    cluster.service("web", vip, json!({}))?;
-    cluster.slice(
-        "web-1",
-        "web",
-        &[ep(&topo, "be1"), ep(&topo, "be2"), ep(&topo, "be3")],
-    )?;
-    wait_backends(&agent, &topo, vip, &["be1", "be2", "be3"], SECOND)?;
+    web3(&cluster, &topo, &agent, vip)?;
     let before = agent.inspect()?;
 
     cluster.block_on(cluster.server.stop());
