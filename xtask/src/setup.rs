@@ -32,6 +32,16 @@ const PACKAGES: &[&str] = &[
     "golang-github-ghodss-yaml-dev",
     // The JSON Schema validator Helm 3.0-3.17 checks values.schema.json with.
     "golang-github-xeipuuv-gojsonschema-dev",
+    // weir-kubelet's runtime: the tests start their own containerd (Debian's 1.6).
+    "containerd",
+    // The OCI runtime containerd's runc v2 shim executes.
+    "runc",
+    // bridge + host-local in /usr/lib/cni: the test pods' network.
+    "containernetworking-plugins",
+    // /bin/busybox: the root filesystem of the test image weir.test/busybox:1.
+    "busybox-static",
+    // protoc: k8s-cri generates the CRI v1 gRPC types at build time.
+    "protobuf-compiler",
 ];
 
 const BPF_LINKER_VERSION: &str = "0.13.0";

@@ -14,6 +14,8 @@
 pub mod agent;
 pub mod api;
 pub mod bench;
+pub mod containerd;
+pub mod images;
 pub mod manifest;
 pub mod sweep;
 pub mod topology;

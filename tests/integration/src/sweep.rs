@@ -14,6 +14,7 @@ fn orphaned(name: &str, prefix: &str) -> bool {
 }
 
 pub fn sweep() {
+    crate::containerd::sweep_orphans();
     let list = Command::new("ip").args(["netns", "list"]).output();
     let names = list
         .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())

@@ -1,0 +1,670 @@
+//! The `kubelet.config.k8s.io/v1beta1` KubeletConfiguration file, reduced to the
+//! fields weir-kubelet honours, with the kubelet's defaults
+//! (pkg/kubelet/apis/config/v1beta1/defaults.go) and validation
+//! (pkg/kubelet/apis/config/validation/validation.go).
+use std::{
+    net::{IpAddr, Ipv4Addr},
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use serde::Deserialize;
+
+pub const API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
+pub const KIND: &str = "KubeletConfiguration";
+
+/// What the kubelet runs with, every value checked and defaulted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    pub address: IpAddr,
+    pub port: u16,
+    /// `None` when `healthzPort: 0` turns the endpoint off.
+    pub healthz_port: Option<u16>,
+    pub healthz_bind_address: IpAddr,
+    /// `None`: no static pods.
+    pub static_pod_path: Option<PathBuf>,
+    pub file_check_frequency: Duration,
+    pub cluster_dns: Vec<IpAddr>,
+    /// `None`: pods get no cluster search domains.
+    pub cluster_domain: Option<String>,
+    pub node_status_update_frequency: Duration,
+    pub node_lease_duration: Duration,
+    /// The CRI socket's path (the endpoint is always `unix://`).
+    pub container_runtime_endpoint: PathBuf,
+    pub max_pods: u32,
+    pub client_ca_file: Option<PathBuf>,
+    /// Both or neither: without them the kubelet serves a self-signed certificate.
+    pub tls: Option<TlsFiles>,
+    /// `None` when `readOnlyPort: 0` (the default) turns it off.
+    pub read_only_port: Option<u16>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TlsFiles {
+    pub cert_file: PathBuf,
+    pub key_file: PathBuf,
+}
+
+impl Config {
+    /// How often the Lease is renewed: a quarter of its duration, as the
+    /// kubelet's `nodeLeaseRenewIntervalFraction` (0.25) does.
+    pub fn lease_renew_interval(&self) -> Duration {
+        self.node_lease_duration / 4
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        parse_str("{apiVersion: kubelet.config.k8s.io/v1beta1, kind: KubeletConfiguration}")
+            .expect("the empty configuration is valid")
+    }
+}
+
+/// Why a configuration file was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("not valid YAML or JSON: {first_line}")]
+    Syntax { first_line: String },
+    /// An unknown field or a value of the wrong type.
+    #[error("{field}: {error}")]
+    Decode {
+        field: String,
+        error: serde_json::Error,
+    },
+    #[error("{}", join(.0))]
+    Invalid(Vec<FieldError>),
+}
+
+fn join(errors: &[FieldError]) -> String {
+    errors
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// One invalid value, named by its field path.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum FieldError {
+    #[error("{field}: is required, and must be {expected:?}")]
+    Missing {
+        field: &'static str,
+        expected: &'static str,
+    },
+    #[error("{field}: {value:?} is not supported, only {expected:?}")]
+    WrongValue {
+        field: &'static str,
+        value: String,
+        expected: &'static str,
+    },
+    #[error("{field}: {value} is out of range {min}-{max}")]
+    OutOfRange {
+        field: &'static str,
+        value: i64,
+        min: i64,
+        max: i64,
+    },
+    #[error("{field}: {value:?} is not a duration")]
+    NotADuration { field: &'static str, value: String },
+    #[error("{field}: {value:?} must be longer than zero")]
+    NotPositive { field: &'static str, value: String },
+    #[error("{field}: {value:?} is not an IP")]
+    NotAnIp { field: String, value: String },
+    #[error("{field}: {value:?} is not a DNS domain")]
+    NotADomain { field: &'static str, value: String },
+    #[error("{field}: {value:?} is not a unix socket endpoint (unix:///absolute/path)")]
+    NotUnixEndpoint { field: &'static str, value: String },
+    #[error("{field}: is required when {other} is set")]
+    Pair {
+        field: &'static str,
+        other: &'static str,
+    },
+    #[error("{field}: true is not supported: anonymous requests are always refused")]
+    AnonymousAuth { field: &'static str },
+}
+
+/// The file as written. Unknown fields are refused, so a setting this kubelet
+/// would silently ignore never looks honoured.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct Raw {
+    api_version: Option<String>,
+    kind: Option<String>,
+    address: Option<String>,
+    port: Option<i64>,
+    healthz_port: Option<i64>,
+    healthz_bind_address: Option<String>,
+    static_pod_path: Option<String>,
+    file_check_frequency: Option<String>,
+    #[serde(rename = "clusterDNS")]
+    cluster_dns: Option<Vec<String>>,
+    cluster_domain: Option<String>,
+    node_status_update_frequency: Option<String>,
+    node_lease_duration_seconds: Option<i64>,
+    container_runtime_endpoint: Option<String>,
+    max_pods: Option<i64>,
+    authentication: Option<RawAuthentication>,
+    tls_cert_file: Option<String>,
+    tls_private_key_file: Option<String>,
+    read_only_port: Option<i64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAuthentication {
+    x509: Option<RawX509>,
+    anonymous: Option<RawAnonymous>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawX509 {
+    #[serde(rename = "clientCAFile")]
+    client_ca_file: Option<String>,
+}
+
+/// Accepted so that configurations written for the real kubelet, which
+/// commonly say `anonymous: {enabled: false}`, keep working.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAnonymous {
+    enabled: Option<bool>,
+}
+
+/// Reads and checks a configuration file.
+pub fn load(path: &Path) -> Result<Config, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    parse_str(&text)
+}
+
+/// Parses a configuration in YAML or JSON.
+pub fn parse_str(text: &str) -> Result<Config, ConfigError> {
+    let doc: serde_json::Value = if text.trim_start().starts_with('{') {
+        // JSON is YAML too, but serde_json's messages are clearer for it.
+        match serde_json::from_str(text) {
+            Ok(v) => v,
+            Err(_) => yaml(text)?,
+        }
+    } else {
+        yaml(text)?
+    };
+    let doc = if doc.is_null() {
+        serde_json::Value::Object(Default::default())
+    } else {
+        doc
+    };
+    let raw: Raw = serde_path_to_error::deserialize(doc).map_err(|e| ConfigError::Decode {
+        field: e.path().to_string(),
+        error: e.into_inner(),
+    })?;
+    validate(raw).map_err(ConfigError::Invalid)
+}
+
+fn yaml(text: &str) -> Result<serde_json::Value, ConfigError> {
+    serde_saphyr::from_str(text).map_err(|e| ConfigError::Syntax {
+        first_line: e.to_string().lines().next().unwrap_or_default().to_owned(),
+    })
+}
+
+fn validate(raw: Raw) -> Result<Config, Vec<FieldError>> {
+    let mut errs = Vec::new();
+    match raw.api_version.as_deref() {
+        Some(API_VERSION) => {}
+        None => errs.push(FieldError::Missing {
+            field: "apiVersion",
+            expected: API_VERSION,
+        }),
+        Some(v) => errs.push(FieldError::WrongValue {
+            field: "apiVersion",
+            value: v.to_owned(),
+            expected: API_VERSION,
+        }),
+    }
+    match raw.kind.as_deref() {
+        Some(KIND) => {}
+        None => errs.push(FieldError::Missing {
+            field: "kind",
+            expected: KIND,
+        }),
+        Some(v) => errs.push(FieldError::WrongValue {
+            field: "kind",
+            value: v.to_owned(),
+            expected: KIND,
+        }),
+    }
+    let v4_any = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
+    let address = ip("address", raw.address, v4_any, &mut errs);
+    let healthz_bind_address = ip(
+        "healthzBindAddress",
+        raw.healthz_bind_address,
+        IpAddr::V4(Ipv4Addr::LOCALHOST),
+        &mut errs,
+    );
+    let port = ranged("port", raw.port, 10250, 1, 65535, &mut errs) as u16;
+    let healthz_port = ranged("healthzPort", raw.healthz_port, 10248, 0, 65535, &mut errs) as u16;
+    let read_only_port = ranged("readOnlyPort", raw.read_only_port, 0, 0, 65535, &mut errs) as u16;
+    let lease = ranged(
+        "nodeLeaseDurationSeconds",
+        raw.node_lease_duration_seconds,
+        40,
+        1,
+        i64::from(i32::MAX),
+        &mut errs,
+    );
+    let max_pods = ranged(
+        "maxPods",
+        raw.max_pods,
+        110,
+        0,
+        i64::from(i32::MAX),
+        &mut errs,
+    ) as u32;
+    let file_check_frequency = duration(
+        "fileCheckFrequency",
+        raw.file_check_frequency,
+        Duration::from_secs(20),
+        &mut errs,
+    );
+    let node_status_update_frequency = duration(
+        "nodeStatusUpdateFrequency",
+        raw.node_status_update_frequency,
+        Duration::from_secs(10),
+        &mut errs,
+    );
+    let cluster_dns = raw
+        .cluster_dns
+        .unwrap_or_default()
+        .into_iter()
+        .enumerate()
+        .filter_map(|(i, s)| match s.parse::<IpAddr>() {
+            Ok(a) => Some(a),
+            Err(_) => {
+                errs.push(FieldError::NotAnIp {
+                    field: format!("clusterDNS[{i}]"),
+                    value: s,
+                });
+                None
+            }
+        })
+        .collect();
+    let cluster_domain = raw.cluster_domain.filter(|d| !d.is_empty()).and_then(|d| {
+        // The kubelet accepts a trailing dot; resolv.conf search lists don't want it.
+        let d = d.strip_suffix('.').unwrap_or(&d).to_owned();
+        if is_dns_subdomain(&d) {
+            Some(d)
+        } else {
+            errs.push(FieldError::NotADomain {
+                field: "clusterDomain",
+                value: d,
+            });
+            None
+        }
+    });
+    const CRI: &str = "containerRuntimeEndpoint";
+    let endpoint = raw
+        .container_runtime_endpoint
+        .unwrap_or_else(|| "unix:///run/containerd/containerd.sock".to_owned());
+    let container_runtime_endpoint = match endpoint.strip_prefix("unix://") {
+        Some(p) if p.starts_with('/') => PathBuf::from(p),
+        _ => {
+            errs.push(FieldError::NotUnixEndpoint {
+                field: CRI,
+                value: endpoint,
+            });
+            PathBuf::new()
+        }
+    };
+    let auth = raw.authentication.unwrap_or_default();
+    if auth.anonymous.and_then(|a| a.enabled) == Some(true) {
+        errs.push(FieldError::AnonymousAuth {
+            field: "authentication.anonymous.enabled",
+        });
+    }
+    let client_ca_file = auth
+        .x509
+        .and_then(|x| x.client_ca_file)
+        .filter(|s| !s.is_empty())
+        .map(PathBuf::from);
+    let non_empty = |s: Option<String>| s.filter(|s| !s.is_empty()).map(PathBuf::from);
+    let tls = match (
+        non_empty(raw.tls_cert_file),
+        non_empty(raw.tls_private_key_file),
+    ) {
+        (Some(cert_file), Some(key_file)) => Some(TlsFiles {
+            cert_file,
+            key_file,
+        }),
+        (None, None) => None,
+        (Some(_), None) => {
+            errs.push(FieldError::Pair {
+                field: "tlsPrivateKeyFile",
+                other: "tlsCertFile",
+            });
+            None
+        }
+        (None, Some(_)) => {
+            errs.push(FieldError::Pair {
+                field: "tlsCertFile",
+                other: "tlsPrivateKeyFile",
+            });
+            None
+        }
+    };
+    if !errs.is_empty() {
+        return Err(errs);
+    }
+    Ok(Config {
+        address,
+        port,
+        healthz_port: (healthz_port != 0).then_some(healthz_port),
+        healthz_bind_address,
+        static_pod_path: non_empty(raw.static_pod_path),
+        file_check_frequency,
+        cluster_dns,
+        cluster_domain,
+        node_status_update_frequency,
+        node_lease_duration: Duration::from_secs(lease as u64),
+        container_runtime_endpoint,
+        max_pods,
+        client_ca_file,
+        tls,
+        read_only_port: (read_only_port != 0).then_some(read_only_port),
+    })
+}
+
+fn ip(
+    field: &'static str,
+    value: Option<String>,
+    default: IpAddr,
+    errs: &mut Vec<FieldError>,
+) -> IpAddr {
+    match value.filter(|s| !s.is_empty()) {
+        None => default,
+        Some(s) => s.parse().unwrap_or_else(|_| {
+            errs.push(FieldError::NotAnIp {
+                field: field.to_owned(),
+                value: s,
+            });
+            default
+        }),
+    }
+}
+
+fn ranged(
+    field: &'static str,
+    value: Option<i64>,
+    default: i64,
+    min: i64,
+    max: i64,
+    errs: &mut Vec<FieldError>,
+) -> i64 {
+    let v = value.unwrap_or(default);
+    if (min..=max).contains(&v) {
+        v
+    } else {
+        errs.push(FieldError::OutOfRange {
+            field,
+            value: v,
+            min,
+            max,
+        });
+        default
+    }
+}
+
+fn duration(
+    field: &'static str,
+    value: Option<String>,
+    default: Duration,
+    errs: &mut Vec<FieldError>,
+) -> Duration {
+    let Some(s) = value else { return default };
+    match parse_go_duration(&s) {
+        Some(d) if !d.is_zero() => d,
+        Some(_) => {
+            errs.push(FieldError::NotPositive { field, value: s });
+            default
+        }
+        None => {
+            errs.push(FieldError::NotADuration { field, value: s });
+            default
+        }
+    }
+}
+
+/// Go's `time.ParseDuration` for non-negative values: "20s", "1m30s", "1.5h",
+/// "300ms", "0". `None` for anything else, negative durations included.
+pub fn parse_go_duration(s: &str) -> Option<Duration> {
+    let s = s.strip_prefix('+').unwrap_or(s);
+    if s == "0" {
+        return Some(Duration::ZERO);
+    }
+    if s.is_empty() {
+        return None;
+    }
+    let mut rest = s;
+    let mut total: u128 = 0;
+    while !rest.is_empty() {
+        let num_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let (num, tail) = rest.split_at(num_len);
+        let unit_len = tail
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(tail.len());
+        let (unit, tail) = tail.split_at(unit_len);
+        let nanos_per: u128 = match unit {
+            "ns" => 1,
+            "us" | "µs" | "μs" => 1_000,
+            "ms" => 1_000_000,
+            "s" => 1_000_000_000,
+            "m" => 60_000_000_000,
+            "h" => 3_600_000_000_000,
+            _ => return None,
+        };
+        let (int, frac) = num.split_once('.').unwrap_or((num, ""));
+        if (int.is_empty() && frac.is_empty()) || frac.contains('.') {
+            return None;
+        }
+        let int: u128 = if int.is_empty() { 0 } else { int.parse().ok()? };
+        total = total.checked_add(int.checked_mul(nanos_per)?)?;
+        let mut scale = nanos_per;
+        for d in frac.bytes() {
+            scale /= 10;
+            total += u128::from(d - b'0') * scale;
+        }
+        rest = tail;
+    }
+    let secs = u64::try_from(total / 1_000_000_000).ok()?;
+    Some(Duration::new(secs, (total % 1_000_000_000) as u32))
+}
+
+/// RFC 1123 subdomain: what the kubelet requires of `clusterDomain`.
+pub(crate) fn is_dns_subdomain(s: &str) -> bool {
+    s.len() <= 253 && s.split('.').all(is_dns_label)
+}
+
+/// RFC 1123 label: lowercase alphanumerics and '-', not at either end.
+pub(crate) fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HEAD: &str = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+
+    fn parse(body: &str) -> Result<Config, ConfigError> {
+        parse_str(&format!("{HEAD}{body}"))
+    }
+
+    fn message(body: &str) -> String {
+        parse(body).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn defaults_are_the_kubelets() {
+        let c = parse("").unwrap();
+        assert_eq!(c.address, IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+        assert_eq!(c.port, 10250);
+        assert_eq!(c.healthz_port, Some(10248));
+        assert_eq!(c.healthz_bind_address, IpAddr::V4(Ipv4Addr::LOCALHOST));
+        assert_eq!(c.static_pod_path, None);
+        assert_eq!(c.file_check_frequency, Duration::from_secs(20));
+        assert!(c.cluster_dns.is_empty());
+        assert_eq!(c.cluster_domain, None);
+        assert_eq!(c.node_status_update_frequency, Duration::from_secs(10));
+        assert_eq!(c.node_lease_duration, Duration::from_secs(40));
+        assert_eq!(c.lease_renew_interval(), Duration::from_secs(10));
+        assert_eq!(
+            c.container_runtime_endpoint,
+            PathBuf::from("/run/containerd/containerd.sock")
+        );
+        assert_eq!(c.max_pods, 110);
+        assert_eq!(c.client_ca_file, None);
+        assert_eq!(c.tls, None);
+        assert_eq!(c.read_only_port, None);
+        assert_eq!(Config::default(), c);
+    }
+
+    #[test]
+    fn every_honoured_field_is_read() {
+        let c = parse(
+            "address: 10.0.0.5\nport: 10251\nhealthzPort: 0\nhealthzBindAddress: '::1'\n\
+             staticPodPath: /etc/kubernetes/manifests\nfileCheckFrequency: 1m30s\n\
+             clusterDNS: [10.96.0.10, 'fd00::a']\nclusterDomain: cluster.local.\n\
+             nodeStatusUpdateFrequency: 500ms\nnodeLeaseDurationSeconds: 60\n\
+             containerRuntimeEndpoint: unix:///tmp/c.sock\nmaxPods: 20\n\
+             authentication:\n  x509:\n    clientCAFile: /ca.crt\n  anonymous:\n    enabled: false\n\
+             tlsCertFile: /tls.crt\ntlsPrivateKeyFile: /tls.key\nreadOnlyPort: 10255\n",
+        )
+        .unwrap();
+        assert_eq!(c.address, "10.0.0.5".parse::<IpAddr>().unwrap());
+        assert_eq!(c.port, 10251);
+        assert_eq!(c.healthz_port, None);
+        assert_eq!(c.healthz_bind_address, "::1".parse::<IpAddr>().unwrap());
+        assert_eq!(
+            c.static_pod_path.as_deref(),
+            Some(Path::new("/etc/kubernetes/manifests"))
+        );
+        assert_eq!(c.file_check_frequency, Duration::from_secs(90));
+        assert_eq!(c.cluster_dns.len(), 2);
+        assert_eq!(c.cluster_domain.as_deref(), Some("cluster.local"));
+        assert_eq!(c.node_status_update_frequency, Duration::from_millis(500));
+        assert_eq!(c.lease_renew_interval(), Duration::from_secs(15));
+        assert_eq!(c.container_runtime_endpoint, PathBuf::from("/tmp/c.sock"));
+        assert_eq!(c.max_pods, 20);
+        assert_eq!(c.client_ca_file, Some(PathBuf::from("/ca.crt")));
+        assert_eq!(c.tls.unwrap().key_file, PathBuf::from("/tls.key"));
+        assert_eq!(c.read_only_port, Some(10255));
+    }
+
+    #[test]
+    fn json_is_accepted() {
+        let c = parse_str(
+            r#"{"apiVersion":"kubelet.config.k8s.io/v1beta1","kind":"KubeletConfiguration","port":1}"#,
+        )
+        .unwrap();
+        assert_eq!(c.port, 1);
+    }
+
+    #[test]
+    fn invalid_values_name_their_field() {
+        assert_eq!(
+            message("port: 70000"),
+            "port: 70000 is out of range 1-65535"
+        );
+        assert_eq!(
+            message("fileCheckFrequency: x"),
+            r#"fileCheckFrequency: "x" is not a duration"#
+        );
+        assert_eq!(
+            message("clusterDNS: [10.0.0.1, a.b]"),
+            r#"clusterDNS[1]: "a.b" is not an IP"#
+        );
+        assert_eq!(
+            message("address: nowhere"),
+            r#"address: "nowhere" is not an IP"#
+        );
+        assert_eq!(
+            message("nodeStatusUpdateFrequency: 0s"),
+            r#"nodeStatusUpdateFrequency: "0s" must be longer than zero"#
+        );
+        assert_eq!(
+            message("maxPods: -1"),
+            "maxPods: -1 is out of range 0-2147483647"
+        );
+        assert!(message("containerRuntimeEndpoint: tcp://x:1").contains("not a unix socket"));
+        assert!(message("clusterDomain: Bad_Domain").contains("not a DNS domain"));
+        assert_eq!(
+            message("tlsCertFile: /a"),
+            "tlsPrivateKeyFile: is required when tlsCertFile is set"
+        );
+        assert!(message("authentication: {anonymous: {enabled: true}}").contains("anonymous"));
+    }
+
+    #[test]
+    fn all_problems_are_reported_at_once() {
+        let e = message("port: 0\nreadOnlyPort: 99999");
+        assert_eq!(
+            e,
+            "port: 0 is out of range 1-65535; readOnlyPort: 99999 is out of range 0-65535"
+        );
+    }
+
+    #[test]
+    fn unknown_and_mistyped_fields_are_refused() {
+        let e = message("cgroupDriver: systemd");
+        assert!(e.contains("unknown field `cgroupDriver`"), "{e}");
+        let e = message("authentication: {x509: {clientCAFile: /a, extra: 1}}");
+        assert!(e.starts_with("authentication.x509"), "{e}");
+        assert!(e.contains("unknown field `extra`"), "{e}");
+        let e = message("port: ten");
+        assert!(e.starts_with("port: invalid type"), "{e}");
+    }
+
+    #[test]
+    fn wrong_or_missing_type_meta_is_refused() {
+        let e = parse_str("apiVersion: v1\nkind: Pod\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with(r#"apiVersion: "v1" is not supported"#), "{e}");
+        assert!(e.contains(r#"kind: "Pod" is not supported"#), "{e}");
+        let e = parse_str("port: 1\n").unwrap_err().to_string();
+        assert!(e.starts_with("apiVersion: is required"), "{e}");
+        assert!(matches!(
+            parse_str("port: [").unwrap_err(),
+            ConfigError::Syntax { .. }
+        ));
+    }
+
+    #[test]
+    fn go_durations() {
+        let d = |s| parse_go_duration(s);
+        assert_eq!(d("20s"), Some(Duration::from_secs(20)));
+        assert_eq!(d("1m30s"), Some(Duration::from_secs(90)));
+        assert_eq!(d("1.5h"), Some(Duration::from_secs(5400)));
+        assert_eq!(d("2h45m"), Some(Duration::from_secs(9900)));
+        assert_eq!(d("300ms"), Some(Duration::from_millis(300)));
+        assert_eq!(d("1us"), Some(Duration::from_micros(1)));
+        assert_eq!(d(".5s"), Some(Duration::from_millis(500)));
+        assert_eq!(d("0"), Some(Duration::ZERO));
+        for bad in ["", "x", "10", "1x", "-1s", "1..5s", ".s", "s"] {
+            assert_eq!(d(bad), None, "{bad}");
+        }
+    }
+}

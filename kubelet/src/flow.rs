@@ -1,0 +1,52 @@
+//! How pods flow through the kubelet: sources (static files, the API server)
+//! send [`PodEvent`]s to the pod worker; the worker publishes statuses through
+//! a [`StatusSink`] (the API server in API mode) and answers the HTTP servers
+//! through [`PodsView`].
+//!
+//! ```text
+//!  static_pods ──┐                         ┌──▶ StatusSink (API: status patch, final delete)
+//!                ├─PodEvent─▶ worker ──────┤
+//!  API pod watch ┘            (CRI, PLEG)  └──▶ PodsView (/pods, /containerLogs)
+//! ```
+use std::path::PathBuf;
+
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
+
+/// Where a desired pod comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PodSource {
+    /// A static pod manifest in `staticPodPath`.
+    File(PathBuf),
+    /// A pod bound to this node through the API server.
+    Api,
+}
+
+/// A change to the set of pods this node should run.
+#[derive(Clone, Debug)]
+pub enum PodEvent {
+    /// Run this pod. A pod whose UID is known but whose spec changed is killed
+    /// and recreated (static pods change UID when their file changes). A pod
+    /// with `metadata.deletionTimestamp` set is terminated gracefully and then
+    /// reported through [`StatusSink::terminated`].
+    Upsert { pod: Box<Pod>, source: PodSource },
+    /// Stop the pod with its grace period and remove it (its file is gone, or
+    /// the API object vanished without a graceful delete).
+    Remove { uid: String },
+}
+
+/// Receives what the worker learns about its pods.
+pub trait StatusSink: Send + Sync + 'static {
+    /// The pod's status changed (or is reported for the first time).
+    fn publish(&self, pod: &Pod, status: &PodStatus);
+    /// Every container is stopped and the sandbox removed: an API pod with a
+    /// deletionTimestamp may now be deleted for good (UID precondition).
+    fn terminated(&self, pod: &Pod);
+}
+
+/// What the kubelet's HTTP API shows.
+pub trait PodsView: Send + Sync + 'static {
+    /// Every pod the worker runs, each with its current status.
+    fn pods(&self) -> Vec<Pod>;
+    /// The CRI log file of the newest instance of a container.
+    fn container_log(&self, namespace: &str, pod: &str, container: &str) -> Option<PathBuf>;
+}

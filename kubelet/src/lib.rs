@@ -1,0 +1,6 @@
+//! weir-kubelet: a minimal kubelet on containerd's CRI.
+pub mod config;
+pub mod cri;
+pub mod flow;
+pub mod pod;
+pub mod static_pods;

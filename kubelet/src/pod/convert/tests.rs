@@ -1,0 +1,336 @@
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1 as api;
+
+use super::*;
+
+fn pod(yaml: &str) -> api::Pod {
+    let v = crate::static_pods::parse_manifest_value(yaml).unwrap();
+    serde_json::from_value(v).unwrap()
+}
+
+fn errors(yaml: &str) -> Vec<String> {
+    PodSpec::from_api(&pod(yaml))
+        .unwrap_err()
+        .errors
+        .iter()
+        .map(ToString::to_string)
+        .collect()
+}
+
+const FULL: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: web, uid: u-1, labels: {app: web}, annotations: {a: b}}
+spec:
+  restartPolicy: OnFailure
+  securityContext: {runAsUser: 500, runAsGroup: 600}
+  hostPID: true
+  hostname: h
+  subdomain: s
+  nodeName: node-1
+  initContainers:
+  - name: setup
+    image: busybox
+    command: [sh, -c, "echo hi"]
+  containers:
+  - name: app
+    image: registry.local:5000/team/app:v1
+    args: ["--port=$(PORT)"]
+    workingDir: /srv
+    env:
+    - {name: PORT, value: "8080"}
+    - name: POD_IP
+      valueFrom: {fieldRef: {fieldPath: status.podIP}}
+    - name: NS
+      valueFrom: {fieldRef: {fieldPath: metadata.namespace}}
+    - name: CM
+      valueFrom: {configMapKeyRef: {name: cfg, key: k, optional: true}}
+    ports:
+    - {name: http, containerPort: 8080}
+    - {containerPort: 53, protocol: UDP, hostPort: 5353}
+    resources:
+      requests: {cpu: 250m, memory: 64Mi}
+      limits: {cpu: "1", memory: 128Mi}
+    securityContext:
+      runAsUser: 1000
+      readOnlyRootFilesystem: true
+      capabilities: {add: [NET_ADMIN], drop: [ALL]}
+    livenessProbe:
+      httpGet: {path: healthz, port: http, httpHeaders: [{name: X-A, value: b}]}
+      initialDelaySeconds: 3
+    readinessProbe:
+      tcpSocket: {port: 8080}
+      periodSeconds: 2
+      successThreshold: 2
+      failureThreshold: 5
+      timeoutSeconds: 4
+    startupProbe:
+      exec: {command: [cat, /ready]}
+    lifecycle:
+      preStop: {exec: {command: [sh, -c, "sleep 1"]}}
+      postStart: {sleep: {seconds: 2}}
+    volumeMounts:
+    - {name: data, mountPath: /data}
+    - {name: cfg, mountPath: /etc/cfg, readOnly: true, subPath: app.conf}
+  - name: side
+    image: nginx
+  volumes:
+  - {name: data, emptyDir: {medium: Memory, sizeLimit: 1Gi}}
+  - {name: cfg, configMap: {name: app-config, items: [{key: a, path: app.conf}]}}
+  - {name: sec, secret: {secretName: tls, defaultMode: 0400}}
+  - {name: host, hostPath: {path: /var/log, type: Directory}}
+"#;
+
+#[test]
+fn converts_a_full_pod() {
+    let p = PodSpec::from_api(&pod(FULL)).unwrap();
+    assert_eq!(
+        (p.uid.as_str(), p.namespace.as_str(), p.name.as_str()),
+        ("u-1", "default", "web")
+    );
+    assert_eq!(p.full_name(), "default/web");
+    assert_eq!(p.restart_policy, RestartPolicy::OnFailure);
+    assert_eq!(p.termination_grace_period, Duration::from_secs(30));
+    assert_eq!(p.dns_policy, DnsPolicy::ClusterFirst);
+    assert_eq!(p.hostname.as_deref(), Some("h"));
+    assert_eq!(p.node_name.as_deref(), Some("node-1"));
+    assert_eq!(p.labels["app"], "web");
+    assert!(!p.host_network && !p.deleting);
+    assert!(p.is_init_container("setup") && !p.is_init_container("app"));
+    assert_eq!(p.qos_class(), QosClass::Burstable);
+
+    let init = &p.init_containers[0];
+    assert_eq!(init.image_pull_policy, PullPolicy::Always, "untagged");
+    let app = p.container("app").unwrap();
+    assert_eq!(app.image_pull_policy, PullPolicy::IfNotPresent);
+    assert_eq!(app.working_dir.as_deref(), Some("/srv"));
+    assert_eq!(app.env[0].value, EnvValue::Literal("8080".into()));
+    assert_eq!(app.env[1].value, EnvValue::Field(FieldRef::PodIp));
+    assert_eq!(app.env[2].value, EnvValue::Field(FieldRef::PodNamespace));
+    assert!(matches!(
+        &app.env[3].value,
+        EnvValue::ConfigMapKey { optional: true, .. }
+    ));
+    assert_eq!(app.ports[1].protocol, Protocol::Udp);
+    assert_eq!(app.ports[1].host_port, Some(5353));
+    assert_eq!(
+        app.linux_resources(),
+        LinuxResources {
+            cpu_shares: 256,
+            cpu_period: 100_000,
+            cpu_quota: 100_000,
+            memory_limit_in_bytes: 128 << 20,
+        }
+    );
+    assert_eq!(app.security.run_as_user, Some(1000));
+    assert_eq!(app.security.run_as_group, Some(600), "from the pod");
+    assert_eq!(init.security.run_as_user, Some(500), "from the pod");
+    assert!(p.host_pid && !p.host_ipc);
+    assert!(app.security.read_only_root_filesystem && !app.security.privileged);
+    assert_eq!(app.security.capabilities_add, ["NET_ADMIN"]);
+    assert_eq!(app.security.capabilities_drop, ["ALL"]);
+
+    let live = app.liveness.as_ref().unwrap();
+    assert_eq!(
+        live.action,
+        ProbeAction::HttpGet(HttpGet {
+            host: None,
+            port: 8080,
+            path: "/healthz".into(),
+            headers: vec![("X-A".into(), "b".into())],
+        })
+    );
+    assert_eq!(live.initial_delay, Duration::from_secs(3));
+    assert_eq!(
+        (live.period, live.timeout),
+        (Duration::from_secs(10), Duration::from_secs(1))
+    );
+    assert_eq!((live.success_threshold, live.failure_threshold), (1, 3));
+    let ready = app.readiness.as_ref().unwrap();
+    assert_eq!(
+        ready.action,
+        ProbeAction::TcpSocket {
+            host: None,
+            port: 8080
+        }
+    );
+    assert_eq!((ready.success_threshold, ready.failure_threshold), (2, 5));
+    assert_eq!(ready.timeout, Duration::from_secs(4));
+    assert!(
+        matches!(&app.startup.as_ref().unwrap().action, ProbeAction::Exec { command } if command[0] == "cat")
+    );
+    assert!(matches!(app.pre_stop, Some(Handler::Exec { .. })));
+    assert_eq!(app.post_start, Some(Handler::Sleep(Duration::from_secs(2))));
+    assert_eq!(app.volume_mounts[1].sub_path.as_deref(), Some("app.conf"));
+    assert!(app.volume_mounts[1].read_only);
+
+    assert_eq!(p.containers[1].image_pull_policy, PullPolicy::Always);
+    assert_eq!(
+        p.volumes[0].source,
+        VolumeSource::EmptyDir {
+            memory: true,
+            size_limit: Some(1 << 30)
+        }
+    );
+    assert!(
+        matches!(&p.volumes[1].source, VolumeSource::ConfigMap { name, items, default_mode: 0o644, .. } if name == "app-config" && items.len() == 1)
+    );
+    assert!(
+        matches!(&p.volumes[2].source, VolumeSource::Secret { name, default_mode: 0o400, .. } if name == "tls")
+    );
+    assert_eq!(
+        p.volumes[3].source,
+        VolumeSource::HostPath {
+            path: "/var/log".into(),
+            kind: HostPathType::Directory
+        }
+    );
+}
+
+#[test]
+fn pull_policy_defaults() {
+    for (image, want) in [
+        ("busybox", PullPolicy::Always),
+        ("busybox:latest", PullPolicy::Always),
+        ("busybox:1.36", PullPolicy::IfNotPresent),
+        ("localhost:5000/busybox", PullPolicy::Always),
+        ("localhost:5000/busybox:v2", PullPolicy::IfNotPresent),
+        ("busybox@sha256:0123", PullPolicy::IfNotPresent),
+    ] {
+        assert_eq!(default_pull_policy(image), want, "{image}");
+    }
+}
+
+#[test]
+fn reports_every_problem_with_its_field() {
+    let errs = errors(
+        r#"
+metadata: {name: bad, uid: u}
+spec:
+  restartPolicy: Sometimes
+  initContainers:
+  - {name: app, image: busybox}
+  containers:
+  - name: app
+    ports: [{name: http, containerPort: 70000}]
+    livenessProbe: {httpGet: {port: metrics}}
+    readinessProbe: {tcpSocket: {port: 0}}
+    volumeMounts: [{name: missing, mountPath: /m}]
+  volumes:
+  - {name: nfs-vol, nfs: {server: s, path: /x}}
+"#,
+    );
+    let want = [
+        r#"spec.restartPolicy: "Sometimes" is invalid: must be Always, OnFailure or Never"#,
+        r#"spec.volumes[0]: volume type "nfs" is not supported (emptyDir, hostPath, configMap, secret are)"#,
+        r#"spec.containers[0].name: duplicate value "app""#,
+        "spec.containers[0].image: is required",
+        "spec.containers[0].ports[0].containerPort: port 70000 is out of range 1-65535",
+        r#"spec.containers[0].livenessProbe.httpGet.port: no container port named "metrics""#,
+        "spec.containers[0].readinessProbe.tcpSocket.port: port 0 is out of range 1-65535",
+        r#"spec.containers[0].volumeMounts[0].name: no volume named "missing" in spec.volumes"#,
+    ];
+    for w in want {
+        assert!(errs.iter().any(|e| e == w), "missing {w:?} in {errs:#?}");
+    }
+    assert_eq!(errs.len(), want.len(), "{errs:#?}");
+}
+
+#[test]
+fn refuses_what_it_does_not_support() {
+    let errs = errors(
+        r#"
+metadata: {name: p, uid: u}
+spec:
+  containers:
+  - name: c
+    image: i
+    envFrom: [{configMapRef: {name: x}}]
+    env:
+    - name: L
+      valueFrom: {fieldRef: {fieldPath: "metadata.labels['a']"}}
+    - name: R
+      valueFrom: {resourceFieldRef: {resource: limits.cpu}}
+    livenessProbe: {grpc: {port: 9000}}
+    readinessProbe: {httpGet: {port: 80, scheme: HTTPS}}
+    startupProbe: {exec: {command: [x]}, successThreshold: 2}
+    lifecycle: {preStop: {tcpSocket: {port: 80}}}
+"#,
+    );
+    for w in [
+        "spec.containers[0].envFrom: envFrom is not supported by this kubelet",
+        r#"spec.containers[0].env[0].valueFrom.fieldRef.fieldPath: field path "metadata.labels['a']" is not supported by this kubelet"#,
+        "spec.containers[0].env[1].valueFrom.resourceFieldRef: resourceFieldRef is not supported by this kubelet",
+        "spec.containers[0].livenessProbe.grpc: grpc probes is not supported by this kubelet",
+        "spec.containers[0].readinessProbe.httpGet.scheme: scheme HTTPS is not supported by this kubelet",
+        r#"spec.containers[0].startupProbe.successThreshold: "2" is invalid: must be 1"#,
+        "spec.containers[0].lifecycle.preStop.tcpSocket: tcpSocket lifecycle hooks is not supported by this kubelet",
+    ] {
+        assert!(errs.iter().any(|e| e == w), "missing {w:?} in {errs:#?}");
+    }
+}
+
+#[test]
+fn numeric_port_names_and_quantities() {
+    // A port name that matches nothing but is a number is used as one (extractPort).
+    let p = PodSpec::from_api(&pod(r#"
+metadata: {name: p, uid: u}
+spec:
+  containers:
+  - name: c
+    image: i
+    livenessProbe: {tcpSocket: {port: "9090"}}
+    resources: {limits: {cpu: 500m, memory: 1G}}
+"#))
+    .unwrap();
+    let c = &p.containers[0];
+    assert_eq!(
+        c.liveness.as_ref().unwrap().action,
+        ProbeAction::TcpSocket {
+            host: None,
+            port: 9090
+        }
+    );
+    // Requests default to limits: Guaranteed.
+    assert_eq!(c.resources.cpu_request_milli, Some(500));
+    assert_eq!(c.resources.memory_request, Some(1_000_000_000));
+    assert_eq!(p.qos_class(), QosClass::Guaranteed);
+
+    let errs = errors(
+        r#"
+metadata: {name: p, uid: u}
+spec:
+  containers:
+  - name: c
+    image: i
+    resources: {limits: {cpu: lots, memory: 1Gi}, requests: {memory: 2Gi}}
+"#,
+    );
+    assert!(
+        errs[0].starts_with(r#"spec.containers[0].resources.limits.cpu: "lots" is not a quantity"#),
+        "{errs:?}"
+    );
+    assert!(
+        errs[1].starts_with("spec.containers[0].resources.requests.memory:"),
+        "{errs:?}"
+    );
+}
+
+#[test]
+fn missing_identity_and_containers() {
+    let errs = errors("metadata: {}\nspec: {containers: []}\n");
+    assert_eq!(
+        errs,
+        [
+            "metadata.name: is required",
+            "metadata.uid: is required",
+            "spec.containers: is required"
+        ]
+    );
+    let e = PodSpec::from_api(&pod("metadata: {name: a, uid: b}\nspec: {containers: [{name: c}], initContainers: [{name: i, image: x, readinessProbe: {exec: {command: [x]}}}]}\n")).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "spec.initContainers[0].readinessProbe: a probe on an init container is not supported by this kubelet; spec.containers[0].image: is required"
+    );
+}

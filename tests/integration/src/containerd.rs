@@ -1,0 +1,534 @@
+//! A private containerd for the CRI tests, confined to what the test owns:
+//!
+//! ```text
+//!   root namespace: only the harness; /var/lib/containerd and /run/containerd untouched
+//!   ┌──────────── wt-<pid>-c<n> (node netns) ──────────────────────────────────┐
+//!   │ containerd --config /tmp/weir-test-<pid>-c<n>/config.toml (own mount ns)  │
+//!   │ weir-cni0 10.88.0.1/24 ─┬─ veth ─ pod netns: eth0 10.88.0.x              │
+//!   │                         └─ veth ─ …                                      │
+//!   └──────────────────────────────────────────────────────────────────────────┘
+//! ```
+//! Root, state, socket, CNI config, host-local IPAM state, runc's state and
+//! the pods' network namespaces all live in the work directory. containerd
+//! runs in a mount namespace of its own (propagation slave), so the overlay,
+//! shm and netns mounts it makes never appear on the host and die with it.
+//! Pods should use [`Containerd::cgroup_parent`], which lets cleanup and
+//! [`sweep_orphans`] find their processes. Outside it, and removed by cleanup:
+//! the shims' sockets in /run/containerd/s/ (a path containerd 1.6 hard-codes),
+//! libcni's cached results in /var/lib/cni/results, and the pods' cgroups.
+//!
+//! This machine has a hybrid cgroup layout (v1 controllers plus cgroup2 at
+//! /sys/fs/cgroup/unified): runc 1.1's cgroupfs driver uses the v1 hierarchies
+//! and mirrors each container into the unified one, so `SystemdCgroup = false`
+//! and no other setting is needed; containerd itself stays in the test's cgroup.
+//! Root here lacks CAP_SYS_RESOURCE, so the config sets `restrict_oom_score_adj`.
+use std::{
+    future::Future,
+    os::unix::process::CommandExt as _,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::atomic::{AtomicU32, Ordering},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, bail};
+use weir_kubelet::cri::{CriRuntime, Runtime as _, SandboxFilter};
+
+use crate::{
+    images,
+    topology::{DIR_PREFIX, NETNS_PREFIX, Netns},
+};
+
+/// The pods' subnet, on a bridge in the node namespace.
+pub const POD_SUBNET: &str = "10.88.0.0/24";
+/// The bridge's address: the node side of every pod's default route.
+pub const POD_GATEWAY: std::net::Ipv4Addr = std::net::Ipv4Addr::new(10, 88, 0, 1);
+pub const BRIDGE: &str = "weir-cni0";
+const CNI_BIN_DIR: &str = "/usr/lib/cni";
+/// Where libcni caches ADD results; containerd 1.6 offers no setting for it.
+const CNI_CACHE: &str = "/var/lib/cni/results";
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+pub struct Containerd {
+    pub id: String,
+    /// The work directory: everything containerd writes.
+    pub dir: PathBuf,
+    pub socket: PathBuf,
+    /// `overlayfs` where the kernel has it, else `native`.
+    pub snapshotter: &'static str,
+    /// The node namespace containerd, the CNI bridge and its clients run in.
+    pub node: Netns,
+    child: Option<Child>,
+}
+
+impl Containerd {
+    /// Starts containerd in a new node namespace, imports [`images::BUSYBOX`]
+    /// and [`images::PAUSE`], and returns once the CRI answers `Version`.
+    /// containerd dies with the thread that calls this (PR_SET_PDEATHSIG): keep
+    /// the guard on that thread, as a test's local.
+    pub fn start() -> Result<Self> {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        // The pid lets `sweep` tell a dead run's leftovers from a live run's.
+        let id = format!(
+            "{}-c{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let dir = std::env::temp_dir().join(format!("{DIR_PREFIX}{id}"));
+        std::fs::create_dir_all(dir.join("net.d"))?;
+        let node = Netns::create(format!("{NETNS_PREFIX}{id}"))?;
+        let mut c = Self {
+            socket: dir.join("containerd.sock"),
+            snapshotter: snapshotter(),
+            id,
+            dir,
+            node,
+            child: None,
+        };
+        c.node.sh("ip link set lo up")?;
+        std::fs::write(c.dir.join("config.toml"), c.config())?;
+        std::fs::write(c.dir.join("net.d/10-weir.conflist"), c.cni_config())?;
+        c.spawn()?;
+        c.wait_ready()?;
+        let images_dir = c.dir.join("images");
+        std::fs::create_dir_all(&images_dir)?;
+        for image in [images::pause(&images_dir)?, images::busybox()?] {
+            images::import(&c.socket, c.snapshotter, &images_dir, &image)?;
+        }
+        Ok(c)
+    }
+
+    /// `containerRuntimeEndpoint` for this containerd.
+    pub fn endpoint(&self) -> String {
+        format!("unix://{}", self.socket.display())
+    }
+
+    /// A CRI client. Like every tonic channel, create it inside the Tokio
+    /// runtime that will use it.
+    pub fn runtime(&self) -> CriRuntime {
+        CriRuntime::new(&self.endpoint()).expect("a unix endpoint")
+    }
+
+    /// The cgroupfs parent pods must use: cleanup kills what runs below it.
+    pub fn cgroup_parent(&self) -> String {
+        format!("/{DIR_PREFIX}{}", self.id)
+    }
+
+    /// Name of the CNI network, also the prefix of libcni's cached results.
+    pub fn network_name(&self) -> String {
+        format!("{DIR_PREFIX}{}", self.id)
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("containerd.log")).unwrap_or_default()
+    }
+
+    fn config(&self) -> String {
+        let d = self.dir.display();
+        let cri = r#"plugins."io.containerd.grpc.v1.cri""#;
+        format!(
+            r#"version = 2
+root = "{d}/root"
+state = "{d}/state"
+# Snapshotters that cannot work here only add noise to the log.
+disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper"]
+
+[grpc]
+  address = "{d}/containerd.sock"
+[ttrpc]
+  address = "{d}/containerd.sock.ttrpc"
+
+# Its default is /opt/containerd.
+[plugins."io.containerd.internal.v1.opt"]
+  path = "{d}/opt"
+
+[{cri}]
+  sandbox_image = "{pause}"
+  stream_server_address = "127.0.0.1"
+  # Pod netns pins under state/, not /var/run/netns.
+  netns_mounts_under_state_dir = true
+  # Root may lack CAP_SYS_RESOURCE (it does on this machine), and then runc
+  # cannot lower oom_score_adj (the sandbox's -998, Guaranteed pods' -997):
+  # clamp to containerd's own instead of failing every sandbox.
+  restrict_oom_score_adj = true
+  [{cri}.containerd]
+    snapshotter = "{snap}"
+    default_runtime_name = "runc"
+    [{cri}.containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [{cri}.containerd.runtimes.runc.options]
+        SystemdCgroup = false
+        # runc's state, by default under /run/containerd/runc.
+        Root = "{d}/runc"
+  [{cri}.cni]
+    bin_dir = "{CNI_BIN_DIR}"
+    conf_dir = "{d}/net.d"
+    max_conf_num = 1
+"#,
+            pause = images::PAUSE,
+            snap = self.snapshotter,
+        )
+    }
+
+    fn cni_config(&self) -> String {
+        serde_json::json!({
+            "cniVersion": "0.4.0",
+            "name": self.network_name(),
+            "plugins": [{
+                "type": "bridge",
+                "bridge": BRIDGE,
+                "isGateway": true,
+                // Pods are reached from the node namespace only: no NAT rules.
+                "ipMasq": false,
+                "hairpinMode": true,
+                "ipam": {
+                    "type": "host-local",
+                    "ranges": [[{"subnet": POD_SUBNET, "gateway": POD_GATEWAY.to_string()}]],
+                    "routes": [{"dst": "0.0.0.0/0"}],
+                    // Its default is /var/lib/cni/networks.
+                    "dataDir": self.dir.join("ipam"),
+                },
+            }],
+        })
+        .to_string()
+    }
+
+    fn spawn(&mut self) -> Result<()> {
+        let log = std::fs::File::create(self.dir.join("containerd.log"))?;
+        let mut cmd = Command::new("nsenter");
+        cmd.arg(format!("--net={}", self.node.path()))
+            .args(["unshare", "--mount", "--propagation", "slave", "containerd"])
+            .arg("--config")
+            .arg(self.dir.join("config.toml"))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log);
+        // SAFETY: prctl is async-signal-safe and touches no memory of ours. nsenter
+        // and unshare exec without forking, so containerd keeps the death signal:
+        // a killed test run does not leave it running.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        self.child = Some(
+            cmd.spawn()
+                .context("starting containerd (cargo xtask setup)")?,
+        );
+        Ok(())
+    }
+
+    fn wait_ready(&mut self) -> Result<()> {
+        let deadline = Instant::now() + START_TIMEOUT;
+        let endpoint = self.endpoint();
+        loop {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                bail!("containerd exited with {status}:\n{}", self.log());
+            }
+            let ep = endpoint.clone();
+            let version = block_on(async move {
+                let rt = CriRuntime::new(&ep)?.with_timeout(Duration::from_secs(2));
+                rt.version().await
+            });
+            match version {
+                Ok(v) if v.runtime_name == "containerd" => return Ok(()),
+                Ok(v) => bail!("the CRI socket answered as {v:?}"),
+                Err(e) if Instant::now() > deadline => {
+                    bail!("containerd's CRI did not answer: {e}\n{}", self.log())
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(100)),
+            }
+        }
+    }
+
+    /// Stops and removes every sandbox through the CRI, so containerd tears
+    /// down containers, CNI attachments and mounts itself.
+    fn remove_pods(&self) {
+        let ep = self.endpoint();
+        let res = block_on(async move {
+            let rt = CriRuntime::new(&ep)?.with_timeout(Duration::from_secs(30));
+            for sb in rt.list_pod_sandboxes(&SandboxFilter::default()).await? {
+                rt.stop_pod_sandbox(&sb.id).await?;
+                rt.remove_pod_sandbox(&sb.id).await?;
+            }
+            Ok::<_, weir_kubelet::cri::CriError>(())
+        });
+        if let Err(e) = res {
+            eprintln!("containerd {}: removing pods: {e}", self.id);
+        }
+    }
+
+    fn stop(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        let pid = i32::try_from(child.id()).unwrap_or(0);
+        // SAFETY: kill has no memory-safety preconditions.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if child.try_wait().ok().flatten().is_some() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
+impl Drop for Containerd {
+    fn drop(&mut self) {
+        if self.child.is_some() {
+            self.remove_pods();
+        }
+        self.stop();
+        remove_leftovers(&self.dir, &format!("{DIR_PREFIX}{}", self.id));
+        // The node namespace goes with its guard.
+    }
+}
+
+/// Runs `fut` to completion on a runtime of its own thread, so it works from
+/// sync code and from inside another runtime alike (drops included).
+pub fn block_on<F>(fut: F) -> F::Output
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a Tokio runtime")
+            .block_on(fut)
+    })
+    .join()
+    .expect("block_on thread")
+}
+
+fn snapshotter() -> &'static str {
+    let fs = std::fs::read_to_string("/proc/filesystems").unwrap_or_default();
+    if fs
+        .lines()
+        .any(|l| l.split_whitespace().last() == Some("overlay"))
+    {
+        "overlayfs"
+    } else {
+        "native"
+    }
+}
+
+/// Every process whose command line names `dir` (containerd and its shims)
+/// or that runs in a `name` cgroup (the containers), killed; then those
+/// cgroups, the host mounts under `dir`, `dir` and libcni's cached results
+/// for network `name` removed.
+pub fn remove_leftovers(dir: &Path, name: &str) {
+    // The slash keeps `…-c1` from matching `…-c10`.
+    let needle = format!("{}/", dir.display());
+    let mut sockets = Vec::new();
+    for _ in 0..3 {
+        let mut pids = cgroup_pids(name);
+        if let Ok(entries) = std::fs::read_dir("/proc") {
+            for e in entries.flatten() {
+                let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+                    continue;
+                };
+                let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+                let cmdline = String::from_utf8_lossy(&cmdline);
+                if cmdline.contains(&needle) {
+                    pids.push(pid);
+                    sockets.extend(shim_socket(&cmdline));
+                }
+            }
+        }
+        if pids.is_empty() {
+            break;
+        }
+        for pid in pids {
+            // SAFETY: kill has no memory-safety preconditions.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // A shim removes its socket when it exits, but not when it is killed.
+    for s in sockets {
+        let _ = std::fs::remove_file(s);
+    }
+    remove_cgroups(name);
+    unmount_under(dir);
+    let _ = std::fs::remove_dir_all(dir);
+    // Files are `<network>-<sandbox id>-<ifname>`; containerd's built-in
+    // loopback network caches its own under `cni-loopback`.
+    let ours = format!("{name}-");
+    let files: Vec<String> = std::fs::read_dir(CNI_CACHE)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    for f in &files {
+        let Some(sandbox) = f.strip_prefix(&ours).and_then(|r| r.split('-').next()) else {
+            continue;
+        };
+        for file in [f.clone(), format!("cni-loopback-{sandbox}-lo")] {
+            let _ = std::fs::remove_file(Path::new(CNI_CACHE).join(file));
+        }
+    }
+}
+
+/// The socket of the shim with NUL-separated `cmdline`: containerd 1.6 puts it
+/// at /run/containerd/s/hex(sha256(`<address>/<namespace>/<id>`)) whatever its
+/// root and state.
+fn shim_socket(cmdline: &str) -> Option<PathBuf> {
+    let args: Vec<&str> = cmdline.split('\0').collect();
+    if !args.first()?.ends_with("containerd-shim-runc-v2") {
+        return None;
+    }
+    let flag = |f: &str| {
+        let i = args.iter().position(|a| *a == f)?;
+        args.get(i + 1).copied()
+    };
+    let key = format!(
+        "{}/{}/{}",
+        flag("-address")?,
+        flag("-namespace")?,
+        flag("-id")?
+    );
+    Some(PathBuf::from("/run/containerd/s").join(images::sha256_hex(key.as_bytes())))
+}
+
+/// The cgroup hierarchies: each v1 controller's and the unified one.
+fn hierarchies() -> Vec<PathBuf> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    info.lines()
+        .filter_map(|l| {
+            let (pre, post) = l.split_once(" - ")?;
+            let fstype = post.split_whitespace().next()?;
+            ["cgroup", "cgroup2"]
+                .contains(&fstype)
+                .then(|| pre.split_whitespace().nth(4).map(PathBuf::from))?
+        })
+        .collect()
+}
+
+/// Directories of the `name` cgroups, children first.
+fn cgroup_dirs(name: &str) -> Vec<PathBuf> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        if let Ok(entries) = std::fs::read_dir(dir) {
+            for e in entries.flatten() {
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    walk(&e.path(), out);
+                }
+            }
+        }
+        out.push(dir.to_owned());
+    }
+    let mut out = Vec::new();
+    for h in hierarchies() {
+        let top = h.join(name);
+        if top.is_dir() {
+            walk(&top, &mut out);
+        }
+    }
+    out
+}
+
+fn cgroup_pids(name: &str) -> Vec<i32> {
+    cgroup_dirs(name)
+        .iter()
+        .flat_map(|d| {
+            std::fs::read_to_string(d.join("cgroup.procs"))
+                .unwrap_or_default()
+                .lines()
+                .filter_map(|l| l.trim().parse().ok())
+                .collect::<Vec<i32>>()
+        })
+        .collect()
+}
+
+fn remove_cgroups(name: &str) {
+    for d in cgroup_dirs(name) {
+        for _ in 0..20 {
+            if std::fs::remove_dir(&d).is_ok() || !d.exists() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// Lazily unmounts every host mount below `dir`, deepest first.
+fn unmount_under(dir: &Path) {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let mut mounts: Vec<&str> = info
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(4))
+        .filter(|m| Path::new(m).starts_with(dir))
+        .collect();
+    mounts.sort_by_key(|m| std::cmp::Reverse(m.len()));
+    for m in mounts {
+        let _ = Command::new("umount").args(["-l", m]).status();
+    }
+}
+
+/// Mounts below `dir` as the host sees them: none, while containerd keeps its
+/// own mount namespace.
+pub fn host_mounts_under(dir: &Path) -> Vec<String> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    info.lines()
+        .filter_map(|l| l.split_whitespace().nth(4))
+        .filter(|m| Path::new(m).starts_with(dir))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// What killed runs of [`Containerd`] left: their containerd, shims,
+/// containers, cgroups and cached CNI results. [`crate::sweep::sweep`] calls it
+/// before it removes their namespaces and work directories.
+pub fn sweep_orphans() {
+    let tmp = std::env::temp_dir();
+    let Ok(entries) = std::fs::read_dir(&tmp) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name
+            .strip_prefix(DIR_PREFIX)
+            .and_then(|rest| rest.split_once("-c"))
+            .and_then(|(pid, _)| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            eprintln!("sweep: removing leftover containerd {}", e.path().display());
+            remove_leftovers(&e.path(), &name);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shim_sockets_are_where_containerd_puts_them() {
+        let id = "6e3b7d66ad9158e8ad6a69bc0d3b57b9df1fbe5babbee2d0a9c8693796c03508";
+        let cmdline = format!(
+            "/usr/bin/containerd-shim-runc-v2\0-namespace\0k8s.io\0-id\0{id}\0-address\0/tmp/weir-test-14494-c0/containerd.sock\0"
+        );
+        assert_eq!(
+            shim_socket(&cmdline).unwrap(),
+            Path::new(
+                "/run/containerd/s/ea5a7154c0882525104952301f35455f3cc37c6dcd56675141510c62e24e77f2"
+            )
+        );
+        assert_eq!(shim_socket("containerd\0--config\0x"), None);
+    }
+}
