@@ -1,6 +1,9 @@
 //! weir-kubelet: a minimal kubelet on containerd's CRI.
+pub mod api;
 pub mod config;
 pub mod cri;
 pub mod flow;
 pub mod pod;
+pub mod server;
 pub mod static_pods;
+pub mod worker;

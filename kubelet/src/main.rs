@@ -1,6 +1,288 @@
-//! weir-kubelet: a minimal kubelet on containerd's CRI. Not built yet; this crate
-//! only reserves its place in the workspace.
-fn main() {
-    eprintln!("weir-kubelet is not implemented yet");
-    std::process::exit(2);
+//! weir-kubelet: a minimal kubelet on containerd's CRI.
+//!
+//! `weir-kubelet --config FILE [--kubeconfig FILE] [--hostname-override NAME]`.
+//! Without a kubeconfig it runs standalone: the static pods of
+//! `staticPodPath` only. Stopping the kubelet leaves its pods running; the
+//! next start adopts them.
+use std::{path::PathBuf, process::ExitCode, sync::Arc, time::Duration};
+
+use clap::Parser;
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use tokio::sync::mpsc;
+use weir_kubelet::{
+    config::{self, Config},
+    cri::{CriRuntime, Runtime as _, RuntimeVersion},
+    flow::{PodEvent, PodSource, StatusSink},
+    static_pods::{self, StaticPodSource},
+    worker::{Worker, WorkerConfig},
+};
+
+#[derive(Parser, Debug)]
+#[command(name = "weir-kubelet", about = "A minimal kubelet on containerd's CRI")]
+struct Args {
+    /// A kubelet.config.k8s.io/v1beta1 KubeletConfiguration file.
+    #[arg(long)]
+    config: PathBuf,
+    /// API-server mode; without it the kubelet runs its static pods only.
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// The node name; the lower-cased hostname by default.
+    #[arg(long)]
+    hostname_override: Option<String>,
+    /// Per-pod state (emptyDir volumes) goes under `<root-dir>/pods`.
+    #[arg(long, default_value = "/var/lib/kubelet")]
+    root_dir: PathBuf,
+    /// Container logs: `<pod-logs-dir>/<ns>_<name>_<uid>/<container>/<n>.log`.
+    #[arg(long, default_value = "/var/log/pods")]
+    pod_logs_dir: PathBuf,
+    /// The cgroupfs parent of every pod's cgroup.
+    #[arg(long, default_value = "/kubepods")]
+    cgroup_root: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+enum MainError {
+    #[error("{}: {source}", path.display())]
+    Config {
+        path: PathBuf,
+        source: config::ConfigError,
+    },
+    #[error("containerRuntimeEndpoint: {0}")]
+    Runtime(#[from] weir_kubelet::cri::CriError),
+    #[error("kubeconfig {}: {message}", path.display())]
+    Kubeconfig { path: PathBuf, message: String },
+    #[error("API-server mode: {0}")]
+    Api(#[from] weir_kubelet::api::ApiError),
+    #[error("kubelet endpoints: {0}")]
+    Server(#[from] weir_kubelet::server::ServerError),
+    #[error("cannot start the Tokio runtime: {0}")]
+    Tokio(std::io::Error),
+}
+
+fn main() -> ExitCode {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    let result = config::load(&args.config)
+        .map_err(|source| MainError::Config {
+            path: args.config.clone(),
+            source,
+        })
+        .and_then(|config| {
+            tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .map_err(MainError::Tokio)?
+                .block_on(run(args, config))
+        });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn node_name(args: &Args) -> String {
+    let name = args.hostname_override.clone().unwrap_or_else(|| {
+        std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_else(|_| "localhost".into())
+    });
+    name.trim().to_lowercase()
+}
+
+async fn run(args: Args, config: Config) -> Result<(), MainError> {
+    let node_name = node_name(&args);
+    let endpoint = format!("unix://{}", config.container_runtime_endpoint.display());
+    let runtime = Arc::new(CriRuntime::new(&endpoint)?);
+    let version = wait_for_runtime(&runtime, &endpoint).await;
+    let (tx, rx) = mpsc::channel(256);
+
+    let mut objects: Option<Arc<dyn weir_kubelet::worker::ApiObjects>> = None;
+    let sink: Arc<dyn StatusSink> = match &args.kubeconfig {
+        Some(path) => {
+            let client = kube_client(path).await?;
+            objects = Some(Arc::new(weir_kubelet::api::objects::ApiObjectCache::start(
+                client.clone(),
+            )));
+            weir_kubelet::api::start(client, &config, node_name.clone(), version, tx.clone())
+                .await?
+        }
+        None => Arc::new(LogSink),
+    };
+
+    let mut worker_config = WorkerConfig::new(&config, &node_name);
+    worker_config.pods_dir = args.root_dir.join("pods");
+    worker_config.pod_log_dir = args.pod_logs_dir.clone();
+    worker_config.cgroup_root = args.cgroup_root.clone();
+    worker_config.objects = objects;
+    // The address API-server mode reports as the node's InternalIP: hostIP,
+    // and the pod IP of host-network pods.
+    let override_ip = std::env::var(weir_kubelet::api::NODE_IP_ENV)
+        .ok()
+        .and_then(|v| v.parse().ok());
+    worker_config.node_ip = Some(weir_kubelet::api::machine::primary_ip(override_ip));
+    let worker = Worker::spawn(runtime, worker_config, sink, rx);
+    weir_kubelet::server::serve(config.clone(), worker.view()).await?;
+
+    if let Some(dir) = &config.static_pod_path {
+        tracing::info!(dir = %dir.display(), every = ?config.file_check_frequency, "watching static pods");
+        let source = StaticPodSource::new(dir, &node_name);
+        let (synced_tx, synced) = tokio::sync::oneshot::channel();
+        tokio::spawn(feed_static_pods(
+            source,
+            config.file_check_frequency,
+            tx,
+            synced_tx,
+        ));
+        // Standalone, the files are the only source: once they are read, a
+        // labelled sandbox of any other pod was left by an earlier run.
+        let first_scan = tokio::time::timeout(config.file_check_frequency * 3, synced);
+        if args.kubeconfig.is_none() && matches!(first_scan.await, Ok(Ok(()))) {
+            worker.reap_orphans();
+        }
+    } else {
+        drop(tx);
+        if args.kubeconfig.is_none() {
+            worker.reap_orphans();
+        }
+    }
+
+    shutdown_signal().await;
+    // The pods keep running: the next kubelet adopts them.
+    tracing::info!("shutting down; pods keep running");
+    drop(worker);
+    Ok(())
+}
+
+/// containerd may start after the kubelet: keep asking, with backoff.
+async fn wait_for_runtime(runtime: &CriRuntime, endpoint: &str) -> RuntimeVersion {
+    let mut delay = Duration::from_millis(500);
+    loop {
+        match runtime.version().await {
+            Ok(v) => {
+                tracing::info!(
+                    endpoint,
+                    runtime = %v.runtime_name, version = %v.runtime_version, api = %v.runtime_api_version,
+                    "container runtime is ready"
+                );
+                return v;
+            }
+            Err(e) => {
+                tracing::warn!(endpoint, error = %e, retry_in = ?delay, "container runtime not ready");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(30));
+            }
+        }
+    }
+}
+
+async fn kube_client(path: &std::path::Path) -> Result<kube::Client, MainError> {
+    let err = |message: String| MainError::Kubeconfig {
+        path: path.to_owned(),
+        message,
+    };
+    let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| err(e.to_string()))?;
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+        .await
+        .map_err(|e| err(e.to_string()))?;
+    kube::Client::try_from(cfg).map_err(|e| err(e.to_string()))
+}
+
+/// Static pod scans → pod events. A changed file is a kill then a create.
+async fn feed_static_pods(
+    source: StaticPodSource,
+    every: Duration,
+    events: mpsc::Sender<PodEvent>,
+    synced: tokio::sync::oneshot::Sender<()>,
+) {
+    let mut synced = Some(synced);
+    let mut reported = std::collections::BTreeSet::new();
+    let (tx, mut rx) = mpsc::channel(16);
+    tokio::spawn(static_pods::watch(source, every, tx));
+    while let Some(update) = rx.recv().await {
+        // Each update lists every bad file: log a problem once, not per scan.
+        let now: std::collections::BTreeSet<String> =
+            update.errors.iter().map(ToString::to_string).collect();
+        for e in &update.errors {
+            if !reported.contains(&e.to_string()) {
+                tracing::error!(path = %e.path().display(), "static pod file: {e}");
+            }
+        }
+        reported = now;
+        let d = update.diff;
+        let mut out = Vec::new();
+        for p in d.removed {
+            tracing::info!(path = %p.path.display(), pod = %p.name, "static pod removed");
+            out.push(PodEvent::Remove { uid: p.uid });
+        }
+        for (old, new) in d.updated {
+            tracing::info!(path = %new.path.display(), pod = %new.name, "static pod changed");
+            out.push(PodEvent::Remove { uid: old.uid });
+            out.push(upsert(new));
+        }
+        for p in d.added {
+            tracing::info!(path = %p.path.display(), pod = %p.name, "static pod added");
+            out.push(upsert(p));
+        }
+        for ev in out {
+            if events.send(ev).await.is_err() {
+                return;
+            }
+        }
+        if let Some(s) = synced.take() {
+            let _ = s.send(());
+        }
+    }
+}
+
+fn upsert(p: static_pods::StaticPod) -> PodEvent {
+    PodEvent::Upsert {
+        pod: Box::new(p.pod),
+        source: PodSource::File(p.path),
+    }
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+/// Standalone mode has no API server: phase changes go to the log.
+struct LogSink;
+
+impl StatusSink for LogSink {
+    fn publish(&self, pod: &Pod, status: &PodStatus) {
+        tracing::info!(
+            pod = %format!(
+                "{}/{}",
+                pod.metadata.namespace.as_deref().unwrap_or_default(),
+                pod.metadata.name.as_deref().unwrap_or_default()
+            ),
+            phase = status.phase.as_deref().unwrap_or_default(),
+            ip = status.pod_ip.as_deref().unwrap_or_default(),
+            "pod status"
+        );
+    }
+
+    fn terminated(&self, pod: &Pod) {
+        tracing::info!(
+            pod = pod.metadata.name.as_deref().unwrap_or_default(),
+            "pod terminated"
+        );
+    }
 }

@@ -88,7 +88,7 @@ pub fn cargo() -> Command {
     Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
 }
 
-/// Builds the agent and the harness's binaries (servers, clients, load
+/// Builds the agent, the kubelet and the harness's binaries (servers, clients, load
 /// generator), points the harness at them and clears what a killed run left.
 /// Returns the directory they are in.
 pub fn prepare_harness(release: bool) -> Result<PathBuf> {
@@ -97,6 +97,8 @@ pub fn prepare_harness(release: bool) -> Result<PathBuf> {
         "build",
         "-p",
         "weir-agent",
+        "-p",
+        "weir-kubelet",
         "-p",
         "weir-integration",
         "--bins",

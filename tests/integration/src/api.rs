@@ -208,7 +208,34 @@ pub struct Relay {
 
 impl Relay {
     pub fn start(upstream: SocketAddr) -> Result<Self> {
-        let listener = TcpListener::bind("127.0.0.1:0")?;
+        Self::serve(TcpListener::bind("127.0.0.1:0")?, upstream)
+    }
+
+    /// A relay listening on `127.0.0.1:port` inside network namespace `netns`
+    /// to `upstream` on the root namespace's loopback: how a kubelet running
+    /// in a node namespace reaches an API server on the test's loopback.
+    /// Both ends are loopback addresses in their own namespace, so no packet
+    /// ever leaves a loopback device.
+    pub fn start_in_netns(netns: &crate::topology::Netns, port: u16, upstream: SocketAddr) -> Result<Self> {
+        let path = netns.path();
+        // setns(2) moves only the calling thread, and a socket belongs to the
+        // namespace of the thread that creates it: bind on a throwaway thread,
+        // keep connecting upstream (in `serve`) on threads of this namespace.
+        let listener = std::thread::spawn(move || -> Result<TcpListener> {
+            let ns = std::fs::File::open(&path).with_context(|| format!("opening {path}"))?;
+            // SAFETY: setns on an fd we own; it changes only this thread.
+            let rc = unsafe {
+                libc::setns(std::os::fd::AsRawFd::as_raw_fd(&ns), libc::CLONE_NEWNET)
+            };
+            anyhow::ensure!(rc == 0, "setns {path}: {}", io::Error::last_os_error());
+            Ok(TcpListener::bind(("127.0.0.1", port))?)
+        })
+        .join()
+        .map_err(|_| anyhow::anyhow!("relay setup thread panicked"))??;
+        Self::serve(listener, upstream)
+    }
+
+    fn serve(listener: TcpListener, upstream: SocketAddr) -> Result<Self> {
         let addr = listener.local_addr()?;
         let open = Arc::new(AtomicBool::new(true));
         let stop = Arc::new(AtomicBool::new(false));

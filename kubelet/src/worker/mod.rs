@@ -1,0 +1,358 @@
+//! The pod worker: turns [`PodEvent`]s into sandboxes and containers, as the
+//! kubelet's pod workers and PLEG do, kept small.
+//!
+//! ```text
+//!  PodEvent ─▶ manager ─┬─▶ pod task (uid A): relist every 1 s ─▶ decide ─▶ CRI calls
+//!                       └─▶ pod task (uid B)       │
+//!                                                  └─▶ status ─▶ StatusSink + PodsView
+//! ```
+//!
+//! One task per pod UID, so a slow stop (a grace period) of one pod never
+//! holds another back. Each task is stateless towards the runtime: every
+//! relist reads the pod's sandboxes and containers by the `io.kubernetes.pod.uid`
+//! label, and restart counts live in container annotations. That is what makes
+//! a new worker adopt what an old (killed) one started, without restarts.
+//! Dropping the [`Worker`] aborts every task and leaves the containers running,
+//! as a killed kubelet would.
+use std::{
+    collections::{BTreeMap, HashMap, HashSet},
+    net::IpAddr,
+    path::PathBuf,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use k8s_openapi::api::core::v1::Pod;
+use tokio::{
+    sync::{mpsc, watch},
+    task::JoinSet,
+};
+
+use crate::{
+    config::Config,
+    cri::Runtime,
+    flow::{PodEvent, PodSource, PodsView, StatusSink},
+};
+
+mod lifecycle;
+mod pod_task;
+mod spec;
+#[cfg(test)]
+mod tests;
+
+pub use spec::{
+    ApiObjects, CONTAINER_NAME_LABEL, ContainerConfigError, GRACE_ANNOTATION, POD_NAME_LABEL,
+    POD_NAMESPACE_LABEL, POD_UID_LABEL, RESTART_COUNT_ANNOTATION,
+};
+
+/// How the worker runs pods on this node.
+#[derive(Clone)]
+pub struct WorkerConfig {
+    pub node_name: String,
+    /// `status.hostIP`, and the pod IP of host-network pods.
+    pub node_ip: Option<IpAddr>,
+    pub cluster_dns: Vec<IpAddr>,
+    pub cluster_domain: Option<String>,
+    /// Where container logs go: `<pod_log_dir>/<ns>_<name>_<uid>/<container>/<n>.log`.
+    pub pod_log_dir: PathBuf,
+    /// Per-pod directories (emptyDir, projected configMap/secret files).
+    pub pods_dir: PathBuf,
+    /// Pod cgroups go under `<cgroup_root>[/burstable|/besteffort]/pod<uid>`.
+    pub cgroup_root: String,
+    /// The node's resolver config, for pods that do not use the cluster's.
+    pub resolv_conf: PathBuf,
+    /// PLEG: how often the runtime state is relisted.
+    pub relist_period: Duration,
+    /// Memory of the node, for Burstable containers' `oom_score_adj`.
+    pub memory_capacity: Option<i64>,
+    /// ConfigMaps and Secrets (API-server mode); `None` reports such volumes
+    /// and env sources as unsupported.
+    pub objects: Option<Arc<dyn ApiObjects>>,
+}
+
+impl WorkerConfig {
+    /// The kubelet's defaults for the paths and periods.
+    pub fn new(config: &Config, node_name: impl Into<String>) -> Self {
+        Self {
+            node_name: node_name.into(),
+            node_ip: None,
+            cluster_dns: config.cluster_dns.clone(),
+            cluster_domain: config.cluster_domain.clone(),
+            pod_log_dir: "/var/log/pods".into(),
+            pods_dir: "/var/lib/kubelet/pods".into(),
+            cgroup_root: "/kubepods".into(),
+            resolv_conf: "/etc/resolv.conf".into(),
+            relist_period: Duration::from_secs(1),
+            memory_capacity: memory_capacity(),
+            objects: None,
+        }
+    }
+}
+
+/// `MemTotal` of /proc/meminfo in bytes.
+pub fn memory_capacity() -> Option<i64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: i64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// What the HTTP servers read: every pod with its last status.
+#[derive(Default)]
+pub struct View {
+    pods: Mutex<BTreeMap<String, ViewEntry>>,
+}
+
+#[derive(Clone)]
+struct ViewEntry {
+    pod: Pod,
+    /// The newest instance's CRI log file, by container name.
+    logs: BTreeMap<String, PathBuf>,
+}
+
+impl View {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, ViewEntry>> {
+        self.pods.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn set(&self, uid: &str, pod: Pod, logs: BTreeMap<String, PathBuf>) {
+        self.lock().insert(uid.to_owned(), ViewEntry { pod, logs });
+    }
+
+    fn remove(&self, uid: &str) {
+        self.lock().remove(uid);
+    }
+}
+
+impl PodsView for View {
+    fn pods(&self) -> Vec<Pod> {
+        self.lock().values().map(|e| e.pod.clone()).collect()
+    }
+
+    fn container_log(&self, namespace: &str, pod: &str, container: &str) -> Option<PathBuf> {
+        self.lock()
+            .values()
+            .find(|e| {
+                e.pod.metadata.namespace.as_deref() == Some(namespace)
+                    && e.pod.metadata.name.as_deref() == Some(pod)
+            })
+            .and_then(|e| e.logs.get(container).cloned())
+    }
+}
+
+/// What every pod task shares.
+struct Shared<R> {
+    runtime: Arc<R>,
+    config: WorkerConfig,
+    sink: Arc<dyn StatusSink>,
+    view: Arc<View>,
+}
+
+/// A running worker. Dropping it stops the worker (not the pods).
+pub struct Worker {
+    view: Arc<View>,
+    control: mpsc::UnboundedSender<Control>,
+    manager: tokio::task::JoinHandle<()>,
+}
+
+/// Requests to the manager besides pod events.
+enum Control {
+    ReapOrphans,
+}
+
+impl Worker {
+    /// Starts the worker on the current Tokio runtime. It runs until dropped;
+    /// when `events` closes, the pods it runs keep running.
+    pub fn spawn<R: Runtime + 'static>(
+        runtime: Arc<R>,
+        config: WorkerConfig,
+        sink: Arc<dyn StatusSink>,
+        events: mpsc::Receiver<PodEvent>,
+    ) -> Self {
+        let view = Arc::new(View::default());
+        let shared = Arc::new(Shared {
+            runtime,
+            config,
+            sink,
+            view: view.clone(),
+        });
+        let (control, control_rx) = mpsc::unbounded_channel();
+        let manager = tokio::spawn(manage(shared, events, control_rx));
+        Self {
+            view,
+            control,
+            manager,
+        }
+    }
+
+    /// Stops and removes every sandbox this kubelet labelled whose pod it
+    /// does not run now: pods whose source dropped them while no kubelet was
+    /// running. Call once every source delivered its first full state.
+    pub fn reap_orphans(&self) {
+        let _ = self.control.send(Control::ReapOrphans);
+    }
+
+    /// The pods and their statuses, for `/pods` and `/containerLogs`.
+    pub fn view(&self) -> Arc<dyn PodsView> {
+        self.view.clone()
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        // The manager owns the pod tasks' JoinSet: aborting it aborts them.
+        self.manager.abort();
+    }
+}
+
+/// A message to one pod task.
+#[derive(Debug)]
+enum PodMsg {
+    Update(Box<Pod>),
+    Remove,
+}
+
+struct PodHandle {
+    tx: mpsc::UnboundedSender<PodMsg>,
+    /// Becomes true once the pod is torn down.
+    done: watch::Receiver<bool>,
+    source: PodSource,
+    generation: u64,
+    removing: bool,
+}
+
+async fn manage<R: Runtime + 'static>(
+    shared: Arc<Shared<R>>,
+    mut events: mpsc::Receiver<PodEvent>,
+    mut control: mpsc::UnboundedReceiver<Control>,
+) {
+    let mut pods: HashMap<String, PodHandle> = HashMap::new();
+    let mut tasks: JoinSet<()> = JoinSet::new();
+    let mut task_ids: HashMap<tokio::task::Id, (String, u64)> = HashMap::new();
+    let mut generation = 0u64;
+    let mut open = true;
+    loop {
+        tokio::select! {
+            // Events first: a reap must see every pod sent before it.
+            biased;
+            ev = events.recv(), if open => match ev {
+                None => open = false,
+                Some(PodEvent::Remove { uid }) => {
+                    if let Some(h) = pods.get_mut(&uid) {
+                        h.removing = true;
+                        let _ = h.tx.send(PodMsg::Remove);
+                    }
+                }
+                Some(PodEvent::Upsert { pod, source }) => {
+                    let uid = pod.metadata.uid.clone().unwrap_or_default();
+                    if let Some(h) = pods.get(&uid).filter(|h| !h.removing) {
+                        let _ = h.tx.send(PodMsg::Update(pod));
+                        continue;
+                    }
+                    // Kill before create: a new pod waits for the teardown of
+                    // the pod it replaces (same UID being removed, or an
+                    // older version of the same static pod file).
+                    let wait_for: Vec<watch::Receiver<bool>> = pods
+                        .iter()
+                        .filter(|(u, h)| {
+                            **u == uid
+                                || (h.source == source && matches!(source, PodSource::File(_)))
+                        })
+                        .map(|(_, h)| h.done.clone())
+                        .collect();
+                    for (u, h) in pods.iter_mut() {
+                        if *u != uid && h.source == source && matches!(source, PodSource::File(_)) && !h.removing {
+                            h.removing = true;
+                            let _ = h.tx.send(PodMsg::Remove);
+                        }
+                    }
+                    generation += 1;
+                    let (tx, rx) = mpsc::unbounded_channel();
+                    let (done_tx, done) = watch::channel(false);
+                    let task = pod_task::PodTask::new(shared.clone(), *pod);
+                    let g = generation;
+                    let key = uid.clone();
+                    let handle = tasks.spawn(async move {
+                        for mut w in wait_for {
+                            let _ = w.wait_for(|d| *d).await;
+                        }
+                        task.run(rx).await;
+                        let _ = done_tx.send(true);
+                    });
+                    task_ids.insert(handle.id(), (key, g));
+                    // A replaced handle (same UID, removing) keeps running
+                    // until its task ends; only its entry goes.
+                    pods.insert(uid, PodHandle { tx, done, source, generation: g, removing: false });
+                }
+            },
+            Some(Control::ReapOrphans) = control.recv() => {
+                let known: HashSet<String> = pods.keys().cloned().collect();
+                tasks.spawn(reap_orphans(shared.clone(), known));
+            }
+            Some(res) = tasks.join_next_with_id(), if !tasks.is_empty() => {
+                let id = match &res {
+                    Ok((id, ())) => *id,
+                    Err(e) => {
+                        tracing::error!(error = %e, "pod worker task failed");
+                        e.id()
+                    }
+                };
+                // A failed task's pod is forgotten: its next update starts it afresh.
+                if let Some((uid, g)) = task_ids.remove(&id)
+                    && pods.get(&uid).is_some_and(|h| h.generation == g)
+                {
+                    pods.remove(&uid);
+                }
+            }
+            else => std::future::pending::<()>().await,
+        }
+    }
+}
+
+/// Tears down labelled sandboxes of pods not in `known`, each container with
+/// the grace period it was started with.
+async fn reap_orphans<R: Runtime + 'static>(shared: Arc<Shared<R>>, known: HashSet<String>) {
+    let rt = &shared.runtime;
+    let sandboxes = match rt.list_pod_sandboxes(&Default::default()).await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot list sandboxes to find orphans");
+            return;
+        }
+    };
+    for sb in sandboxes {
+        let Some(uid) = sb.labels.get(POD_UID_LABEL) else {
+            continue;
+        };
+        if known.contains(uid) {
+            continue;
+        }
+        tracing::info!(pod = %format!("{}/{}", sb.namespace, sb.name), %uid, "removing orphaned pod");
+        let filter = crate::cri::ContainerFilter {
+            sandbox_id: Some(sb.id.clone()),
+            state: Some(crate::cri::ContainerState::Running),
+            ..Default::default()
+        };
+        let running = rt.list_containers(&filter).await.unwrap_or_default();
+        let stops = running.iter().map(|c| {
+            let grace = c
+                .annotations
+                .get(GRACE_ANNOTATION)
+                .and_then(|g| g.parse().ok())
+                .map_or(Duration::from_secs(30), Duration::from_secs);
+            rt.stop_container(&c.id, grace)
+        });
+        for r in futures::future::join_all(stops).await {
+            if let Err(e) = r {
+                tracing::warn!(error = %e, "stopping an orphaned container");
+            }
+        }
+        if let Err(e) = rt.stop_pod_sandbox(&sb.id).await {
+            tracing::warn!(sandbox = %sb.id, error = %e, "stopping an orphaned sandbox");
+            continue;
+        }
+        if let Err(e) = rt.remove_pod_sandbox(&sb.id).await {
+            tracing::warn!(sandbox = %sb.id, error = %e, "removing an orphaned sandbox");
+        }
+    }
+}

@@ -1,0 +1,446 @@
+//! The CRI configs of a pod's sandbox and containers, as kuberuntime's
+//! `generatePodSandboxConfig` and `generateContainerConfig` build them. The
+//! labels and annotations are the kubelet's own keys: they are how a restarted
+//! kubelet finds (adopts) what it started before and how it keeps restart counts.
+use std::{
+    collections::BTreeMap,
+    net::IpAddr,
+    path::{Path, PathBuf},
+};
+
+use crate::{
+    cri::{self, ContainerConfig, SandboxConfig},
+    pod::{
+        self, ContainerSpec, FieldValues, HostPathType, KeyToPath, PodSpec, QosClass, VolumeSource,
+        dns, env,
+    },
+};
+
+use super::WorkerConfig;
+
+pub const POD_UID_LABEL: &str = "io.kubernetes.pod.uid";
+pub const POD_NAME_LABEL: &str = "io.kubernetes.pod.name";
+pub const POD_NAMESPACE_LABEL: &str = "io.kubernetes.pod.namespace";
+pub const CONTAINER_NAME_LABEL: &str = "io.kubernetes.container.name";
+pub const RESTART_COUNT_ANNOTATION: &str = "io.kubernetes.container.restartCount";
+/// Lets a kubelet that no longer knows the pod stop it with its own grace.
+pub const GRACE_ANNOTATION: &str = "io.kubernetes.pod.terminationGracePeriod";
+
+/// Why a container config could not be built: the container waits with
+/// `CreateContainerConfigError` and this message.
+#[derive(Debug, thiserror::Error)]
+pub enum ContainerConfigError {
+    #[error(transparent)]
+    Env(#[from] env::EnvError),
+    #[error("volume {volume:?}: {kind} volumes need the API server (standalone mode)")]
+    NeedsApi { volume: String, kind: &'static str },
+    #[error("volume {volume:?}: {kind} {namespace}/{name} not found")]
+    ObjectNotFound {
+        volume: String,
+        kind: &'static str,
+        namespace: String,
+        name: String,
+    },
+    #[error("volume {volume:?}: key {key:?} not found in {kind} {name}")]
+    KeyNotFound {
+        volume: String,
+        kind: &'static str,
+        name: String,
+        key: String,
+    },
+    #[error("volume {volume:?}: hostPath {}: {reason}", path.display())]
+    HostPath {
+        volume: String,
+        path: PathBuf,
+        reason: &'static str,
+    },
+    #[error("volume {volume:?}: {}: {source}", path.display())]
+    Io {
+        volume: String,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// ConfigMaps and Secrets, read through the API (API-server mode). The
+/// worker asks when it creates a container; an implementation answers from
+/// its cache.
+pub trait ApiObjects: Send + Sync + 'static {
+    fn config_map(&self, namespace: &str, name: &str) -> Option<BTreeMap<String, Vec<u8>>>;
+    fn secret(&self, namespace: &str, name: &str) -> Option<BTreeMap<String, Vec<u8>>>;
+}
+
+/// Env lookups through [`ApiObjects`], or none in standalone mode.
+struct Lookup<'a>(Option<&'a dyn ApiObjects>);
+
+impl env::ObjectLookup for Lookup<'_> {
+    fn config_map_key(&self, ns: &str, name: &str, key: &str) -> Option<String> {
+        let v = self.0?.config_map(ns, name)?.remove(key)?;
+        Some(String::from_utf8_lossy(&v).into_owned())
+    }
+    fn secret_key(&self, ns: &str, name: &str, key: &str) -> Option<String> {
+        let v = self.0?.secret(ns, name)?.remove(key)?;
+        Some(String::from_utf8_lossy(&v).into_owned())
+    }
+}
+
+/// The pod's labels plus the kubelet's identity labels.
+pub fn pod_labels(spec: &PodSpec) -> cri::Labels {
+    let mut l = spec.labels.clone();
+    l.insert(POD_UID_LABEL.into(), spec.uid.clone());
+    l.insert(POD_NAME_LABEL.into(), spec.name.clone());
+    l.insert(POD_NAMESPACE_LABEL.into(), spec.namespace.clone());
+    l
+}
+
+/// Only the UID label: what relists filter on.
+pub fn uid_filter(uid: &str) -> cri::Labels {
+    cri::Labels::from([(POD_UID_LABEL.to_owned(), uid.to_owned())])
+}
+
+/// `/var/log/pods/<ns>_<name>_<uid>`, as the kubelet names it.
+pub fn log_directory(cfg: &WorkerConfig, spec: &PodSpec) -> PathBuf {
+    cfg.pod_log_dir
+        .join(format!("{}_{}_{}", spec.namespace, spec.name, spec.uid))
+}
+
+/// The pod's own directory (emptyDir and projected files live under it).
+pub fn pod_dir(cfg: &WorkerConfig, uid: &str) -> PathBuf {
+    cfg.pods_dir.join(uid)
+}
+
+pub fn sandbox_config(cfg: &WorkerConfig, spec: &PodSpec, attempt: u32) -> SandboxConfig {
+    let host_dns = std::fs::read_to_string(&cfg.resolv_conf)
+        .map(|t| dns::parse_resolv_conf(&t))
+        .unwrap_or_default();
+    let d = dns::pod_dns(
+        spec,
+        &cfg.cluster_dns,
+        cfg.cluster_domain.as_deref(),
+        &host_dns,
+    );
+    let (hostname, _) = dns::hostname_and_domain(spec, cfg.cluster_domain.as_deref());
+    let qos = match spec.qos_class() {
+        QosClass::Guaranteed => String::new(),
+        QosClass::Burstable => "/burstable".into(),
+        QosClass::BestEffort => "/besteffort".into(),
+    };
+    let port_mappings = spec
+        .all_containers()
+        .flat_map(|c| &c.ports)
+        .map(|p| cri::PortMapping {
+            protocol: match p.protocol {
+                pod::Protocol::Tcp => cri::Protocol::Tcp,
+                pod::Protocol::Udp => cri::Protocol::Udp,
+                pod::Protocol::Sctp => cri::Protocol::Sctp,
+            },
+            container_port: p.container_port,
+            host_port: p.host_port,
+            host_ip: p.host_ip,
+        })
+        .collect();
+    SandboxConfig {
+        name: spec.name.clone(),
+        namespace: spec.namespace.clone(),
+        uid: spec.uid.clone(),
+        attempt,
+        hostname,
+        labels: pod_labels(spec),
+        annotations: spec.annotations.clone(),
+        dns: Some(cri::DnsConfig {
+            servers: d.servers,
+            searches: d.searches,
+            options: d.options,
+        }),
+        port_mappings,
+        log_directory: Some(log_directory(cfg, spec)),
+        cgroup_parent: Some(format!(
+            "{}{qos}/pod{}",
+            cfg.cgroup_root.trim_end_matches('/'),
+            spec.uid
+        )),
+        security: cri::SandboxSecurity {
+            host_network: spec.host_network,
+            ..Default::default()
+        },
+    }
+}
+
+/// What a container config depends on besides the specs.
+pub struct ContainerInputs<'a> {
+    pub cfg: &'a WorkerConfig,
+    pub pod: &'a PodSpec,
+    pub container: &'a ContainerSpec,
+    pub restart_count: u32,
+    pub pod_ip: Option<IpAddr>,
+}
+
+pub fn container_config(i: &ContainerInputs<'_>) -> Result<ContainerConfig, ContainerConfigError> {
+    let (cfg, pod, c) = (i.cfg, i.pod, i.container);
+    let values = FieldValues {
+        pod,
+        pod_ip: i.pod_ip,
+        host_ip: cfg.node_ip,
+    };
+    let resolved = env::resolve(c, &values, &Lookup(cfg.objects.as_deref()))?;
+    let mounts = mounts(cfg, pod, c)?;
+    let r = c.linux_resources();
+    let memory_capacity = cfg.memory_capacity.unwrap_or(0);
+    let resources = cri::LinuxResources {
+        cpu_shares: Some(r.cpu_shares),
+        cpu_quota: (r.cpu_quota > 0).then_some(r.cpu_quota),
+        cpu_period: Some(r.cpu_period),
+        memory_limit_bytes: (r.memory_limit_in_bytes > 0).then_some(r.memory_limit_in_bytes),
+        oom_score_adj: Some(pod::resources::oom_score_adj(
+            pod.qos_class(),
+            &c.resources,
+            memory_capacity,
+        )),
+    };
+    let mut labels = cri::Labels::new();
+    labels.insert(POD_UID_LABEL.into(), pod.uid.clone());
+    labels.insert(POD_NAME_LABEL.into(), pod.name.clone());
+    labels.insert(POD_NAMESPACE_LABEL.into(), pod.namespace.clone());
+    labels.insert(CONTAINER_NAME_LABEL.into(), c.name.clone());
+    let annotations = cri::Labels::from([
+        (
+            RESTART_COUNT_ANNOTATION.to_owned(),
+            i.restart_count.to_string(),
+        ),
+        (
+            GRACE_ANNOTATION.to_owned(),
+            pod.termination_grace_period.as_secs().to_string(),
+        ),
+    ]);
+    Ok(ContainerConfig {
+        name: c.name.clone(),
+        attempt: i.restart_count,
+        image: c.image.clone(),
+        command: resolved.command,
+        args: resolved.args,
+        working_dir: c.working_dir.clone(),
+        env: resolved.env,
+        mounts,
+        labels,
+        annotations,
+        log_path: Some(PathBuf::from(format!("{}/{}.log", c.name, i.restart_count))),
+        resources,
+        security: cri::ContainerSecurity {
+            run_as_user: c.security.run_as_user,
+            readonly_rootfs: c.security.read_only_root_filesystem,
+            privileged: c.security.privileged,
+            capabilities_add: c.security.capabilities_add.clone(),
+            capabilities_drop: c.security.capabilities_drop.clone(),
+        },
+    })
+}
+
+fn io_err(volume: &str, path: &Path) -> impl FnOnce(std::io::Error) -> ContainerConfigError {
+    let (volume, path) = (volume.to_owned(), path.to_owned());
+    move |source| ContainerConfigError::Io {
+        volume,
+        path,
+        source,
+    }
+}
+
+/// The host side of each volume mount, created as the volume type says.
+fn mounts(
+    cfg: &WorkerConfig,
+    pod: &PodSpec,
+    c: &ContainerSpec,
+) -> Result<Vec<cri::Mount>, ContainerConfigError> {
+    let mut out = Vec::new();
+    for m in &c.volume_mounts {
+        // from_api checked that every mount names a volume.
+        let Some(v) = pod.volumes.iter().find(|v| v.name == m.name) else {
+            continue;
+        };
+        let host = volume_path(cfg, pod, &v.name, &v.source)?;
+        let host = match &m.sub_path {
+            Some(sub) => {
+                let p = host.join(sub);
+                if !p.exists() {
+                    std::fs::create_dir_all(&p).map_err(io_err(&v.name, &p))?;
+                }
+                p
+            }
+            None => host,
+        };
+        let read_only = m.read_only
+            || matches!(
+                v.source,
+                VolumeSource::ConfigMap { .. } | VolumeSource::Secret { .. }
+            );
+        out.push(cri::Mount {
+            host_path: host,
+            container_path: PathBuf::from(&m.mount_path),
+            readonly: read_only,
+            propagation: cri::MountPropagation::Private,
+        });
+    }
+    Ok(out)
+}
+
+fn volume_path(
+    cfg: &WorkerConfig,
+    pod: &PodSpec,
+    name: &str,
+    source: &VolumeSource,
+) -> Result<PathBuf, ContainerConfigError> {
+    let volumes = pod_dir(cfg, &pod.uid).join("volumes");
+    match source {
+        // Memory-backed emptyDirs are plain directories here: the kubelet
+        // mounts a tmpfs, which needs a mount namespace we do not manage.
+        VolumeSource::EmptyDir { .. } => {
+            let p = volumes.join("kubernetes.io~empty-dir").join(name);
+            std::fs::create_dir_all(&p).map_err(io_err(name, &p))?;
+            Ok(p)
+        }
+        VolumeSource::HostPath { path, kind } => host_path(name, Path::new(path), *kind),
+        VolumeSource::ConfigMap {
+            name: object,
+            items,
+            default_mode,
+            optional,
+        } => {
+            let dir = volumes.join("kubernetes.io~configmap").join(name);
+            let data = object_data(cfg, "ConfigMap", name, pod, object, *optional)?;
+            project(name, "ConfigMap", object, &dir, data, items, *default_mode)?;
+            Ok(dir)
+        }
+        VolumeSource::Secret {
+            name: object,
+            items,
+            default_mode,
+            optional,
+        } => {
+            let dir = volumes.join("kubernetes.io~secret").join(name);
+            let data = object_data(cfg, "Secret", name, pod, object, *optional)?;
+            project(name, "Secret", object, &dir, data, items, *default_mode)?;
+            Ok(dir)
+        }
+    }
+}
+
+fn object_data(
+    cfg: &WorkerConfig,
+    kind: &'static str,
+    volume: &str,
+    pod: &PodSpec,
+    object: &str,
+    optional: bool,
+) -> Result<BTreeMap<String, Vec<u8>>, ContainerConfigError> {
+    let Some(objects) = cfg.objects.as_deref() else {
+        return Err(ContainerConfigError::NeedsApi {
+            volume: volume.to_owned(),
+            kind,
+        });
+    };
+    let found = match kind {
+        "Secret" => objects.secret(&pod.namespace, object),
+        _ => objects.config_map(&pod.namespace, object),
+    };
+    match found {
+        Some(d) => Ok(d),
+        None if optional => Ok(BTreeMap::new()),
+        None => Err(ContainerConfigError::ObjectNotFound {
+            volume: volume.to_owned(),
+            kind,
+            namespace: pod.namespace.clone(),
+            name: object.to_owned(),
+        }),
+    }
+}
+
+/// Writes the keys (all, or `items`) as files under `dir`.
+fn project(
+    volume: &str,
+    kind: &'static str,
+    object: &str,
+    dir: &Path,
+    mut data: BTreeMap<String, Vec<u8>>,
+    items: &[KeyToPath],
+    default_mode: u32,
+) -> Result<(), ContainerConfigError> {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::create_dir_all(dir).map_err(io_err(volume, dir))?;
+    let files: Vec<(String, Vec<u8>, u32)> = if items.is_empty() {
+        std::mem::take(&mut data)
+            .into_iter()
+            .map(|(k, v)| (k, v, default_mode))
+            .collect()
+    } else {
+        let mut files = Vec::new();
+        for it in items {
+            let Some(v) = data.get(&it.key) else {
+                return Err(ContainerConfigError::KeyNotFound {
+                    volume: volume.to_owned(),
+                    kind,
+                    name: object.to_owned(),
+                    key: it.key.clone(),
+                });
+            };
+            files.push((it.path.clone(), v.clone(), it.mode.unwrap_or(default_mode)));
+        }
+        files
+    };
+    for (rel, bytes, mode) in files {
+        let p = dir.join(rel);
+        if let Some(parent) = p.parent() {
+            std::fs::create_dir_all(parent).map_err(io_err(volume, parent))?;
+        }
+        std::fs::write(&p, bytes).map_err(io_err(volume, &p))?;
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode))
+            .map_err(io_err(volume, &p))?;
+    }
+    Ok(())
+}
+
+fn host_path(volume: &str, p: &Path, kind: HostPathType) -> Result<PathBuf, ContainerConfigError> {
+    use std::os::unix::fs::FileTypeExt as _;
+    let bad = |reason| ContainerConfigError::HostPath {
+        volume: volume.to_owned(),
+        path: p.to_owned(),
+        reason,
+    };
+    let meta = std::fs::metadata(p).ok();
+    let ft = meta.as_ref().map(|m| m.file_type());
+    match kind {
+        HostPathType::Unset => {}
+        HostPathType::DirectoryOrCreate => {
+            if meta.is_none() {
+                std::fs::create_dir_all(p).map_err(io_err(volume, p))?;
+            } else if !ft.is_some_and(|t| t.is_dir()) {
+                return Err(bad("is not a directory"));
+            }
+        }
+        HostPathType::Directory if !ft.is_some_and(|t| t.is_dir()) => {
+            return Err(bad("is not a directory"));
+        }
+        HostPathType::FileOrCreate => {
+            if meta.is_none() {
+                if let Some(parent) = p.parent() {
+                    std::fs::create_dir_all(parent).map_err(io_err(volume, parent))?;
+                }
+                std::fs::File::create(p).map_err(io_err(volume, p))?;
+            } else if !ft.is_some_and(|t| t.is_file()) {
+                return Err(bad("is not a file"));
+            }
+        }
+        HostPathType::File if !ft.is_some_and(|t| t.is_file()) => {
+            return Err(bad("is not a file"));
+        }
+        HostPathType::Socket if !ft.is_some_and(|t| t.is_socket()) => {
+            return Err(bad("is not a socket"));
+        }
+        HostPathType::CharDevice if !ft.is_some_and(|t| t.is_char_device()) => {
+            return Err(bad("is not a character device"));
+        }
+        HostPathType::BlockDevice if !ft.is_some_and(|t| t.is_block_device()) => {
+            return Err(bad("is not a block device"));
+        }
+        _ => {}
+    }
+    Ok(p.to_owned())
+}
