@@ -275,6 +275,8 @@ pub struct StaticPodSource {
     /// By file.
     pods: BTreeMap<PathBuf, StaticPod>,
     last_errors: Vec<String>,
+    /// Directory scans so far; shared so a test can see `watch` stay idle.
+    scans: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl StaticPodSource {
@@ -284,6 +286,7 @@ impl StaticPodSource {
             node: node.to_owned(),
             pods: BTreeMap::new(),
             last_errors: Vec::new(),
+            scans: std::sync::Arc::default(),
         }
     }
 
@@ -295,7 +298,14 @@ impl StaticPodSource {
     /// good pod (an editor's half-written save must not kill it) and is
     /// reported; a removed file removes its pod. A missing directory holds no
     /// pods, as in the kubelet.
+    /// How many scans this source has made, readable after it moved into [`watch`].
+    pub fn scan_counter(&self) -> std::sync::Arc<std::sync::atomic::AtomicU64> {
+        self.scans.clone()
+    }
+
     pub fn rescan(&mut self, now: Timestamp) -> io::Result<Update> {
+        self.scans
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut files: Vec<PathBuf> = match std::fs::read_dir(&self.dir) {
             Ok(entries) => entries
                 .filter_map(Result::ok)
@@ -387,21 +397,30 @@ pub async fn watch(mut source: StaticPodSource, every: Duration, tx: mpsc::Sende
         if watch.is_none() {
             watch = start_watch(&source.dir);
         }
-        tokio::select! {
-            _ = tick.tick() => {}
-            ev = async { watch.as_mut().expect("guarded").1.recv().await }, if watch.is_some() => {
-                match ev {
-                    None => watch = None,
-                    Some(ev) if matters(&ev) => {
-                        tokio::time::sleep(DEBOUNCE).await;
-                        if let Some((_, rx)) = watch.as_mut() {
-                            while rx.try_recv().is_ok() {}
+        // Wait for a reason to scan again: the period, or an event that is
+        // not our own reads echoing back. Rescanning on those echoes would
+        // read the files again and raise more of them: a loop burning a core.
+        loop {
+            tokio::select! {
+                _ = tick.tick() => break,
+                ev = async { watch.as_mut().expect("guarded").1.recv().await }, if watch.is_some() => {
+                    match ev {
+                        None => {
+                            watch = None;
+                            break;
                         }
+                        Some(ev) if matters(&ev) => {
+                            tokio::time::sleep(DEBOUNCE).await;
+                            if let Some((_, rx)) = watch.as_mut() {
+                                while rx.try_recv().is_ok() {}
+                            }
+                            break;
+                        }
+                        Some(_) => {}
                     }
-                    Some(_) => continue,
                 }
+                () = tx.closed() => return,
             }
-            () = tx.closed() => return,
         }
     }
 }

@@ -1,4 +1,4 @@
-//! `cargo xtask bench datapath|scale`: build release binaries, run a bench from
+//! `cargo xtask bench datapath|scale|kubelet`: build release binaries, run a bench from
 //! `weir_integration::bench`, print its Markdown table and write JSON and SVG
 //! plots next to it.
 use std::path::{Path, PathBuf};
@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context as _, Result};
 use weir_integration::bench::{
     datapath::{self, DatapathOptions},
+    kubelet::{self, KubeletOptions},
     record::Record,
     report::{self, Plot},
     scale::{self, ScaleOptions},
@@ -37,6 +38,23 @@ pub enum Bench {
         endpoints: u32,
         #[arg(long, default_value_t = 200)]
         changes: u32,
+        #[arg(long)]
+        json: Option<PathBuf>,
+        #[arg(long, default_value = "target/bench")]
+        out: PathBuf,
+    },
+    /// weir-kubelet on a private containerd with local images: pod start
+    /// latency, a burst of pods to all Running, CPU and RSS while idle.
+    Kubelet {
+        /// Pods started one at a time for the latency percentiles.
+        #[arg(long, default_value_t = 20)]
+        sequential: u32,
+        /// Pods written at once.
+        #[arg(long, default_value_t = 50)]
+        burst: u32,
+        /// Seconds of idle CPU sampling with the burst's pods running.
+        #[arg(long, default_value_t = 20)]
+        idle_secs: u64,
         #[arg(long)]
         json: Option<PathBuf>,
         #[arg(long, default_value = "target/bench")]
@@ -92,9 +110,41 @@ pub fn run(bench: Bench) -> Result<()> {
                 &[],
             )
         }
+        Bench::Kubelet {
+            sequential,
+            burst,
+            idle_secs,
+            json,
+            out,
+        } => {
+            let (records, notes) = kubelet::run(&KubeletOptions {
+                sequential,
+                burst,
+                idle: std::time::Duration::from_secs(idle_secs),
+            })?;
+            // Its own table: the per-metric N × M tables fit Services, not pods.
+            let out = absolute(&out);
+            std::fs::create_dir_all(&out)?;
+            let md = kubelet::markdown(&records, &notes);
+            print!("{md}");
+            std::fs::write(out.join("kubelet.md"), &md)?;
+            let json = json.unwrap_or_else(|| out.join("kubelet.json"));
+            report::write_json(&json, &records)
+                .with_context(|| format!("writing {}", json.display()))?;
+            eprintln!("wrote {}", json.display());
+            Ok(())
+        }
     };
     let _ = std::fs::remove_dir_all(&work);
     result
+}
+
+fn absolute(out: &Path) -> PathBuf {
+    if out.is_absolute() {
+        out.to_path_buf()
+    } else {
+        root().join(out)
+    }
 }
 
 fn publish(

@@ -1,6 +1,7 @@
 //! `cargo xtask`: the only entry points a user or CI needs.
 mod bench;
 mod demo;
+mod demo_kubelet;
 mod dev_apiserver;
 mod helm;
 mod setup;
@@ -23,6 +24,9 @@ enum Command {
     /// Build Weir and show a ClusterIP load balanced across backends in a throwaway
     /// namespace topology.
     Demo,
+    /// Build Weir and run weir-kubelet standalone on a private containerd: a static
+    /// pod Running with its IP, then reached through a ClusterIP.
+    DemoKubelet,
     /// Benchmarks that print tables (see `cargo xtask bench --help`).
     Bench {
         #[command(subcommand)]
@@ -48,6 +52,10 @@ fn main() -> anyhow::Result<()> {
         Command::Demo => {
             setup::run()?;
             demo::run()
+        }
+        Command::DemoKubelet => {
+            setup::run()?;
+            demo_kubelet::run()
         }
         Command::Bench { bench } => {
             setup::run()?;

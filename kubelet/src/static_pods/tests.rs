@@ -304,3 +304,21 @@ async fn watcher_rescans_periodically_without_inotify() {
     let u = next(&mut rx).await;
     assert_eq!(names(&u.diff.added), ["default/web-n"]);
 }
+
+#[tokio::test]
+async fn watcher_stays_idle_when_nothing_changes() {
+    // Our own reads of the files come back as inotify access events; a
+    // watcher that rescans on them never stops reading (it once burnt a
+    // whole core with no pods at all).
+    let dir = TempDir::new("idle");
+    dir.write("web.yaml", WEB);
+    dir.write("api.json", JSON);
+    let source = StaticPodSource::new(&dir.0, "n");
+    let scans = source.scan_counter();
+    let (tx, mut rx) = mpsc::channel(8);
+    let _task = tokio::spawn(watch(source, Duration::from_secs(3600), tx));
+    next(&mut rx).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let n = scans.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(n <= 2, "{n} scans in 1.5 s with nothing changing");
+}

@@ -466,14 +466,20 @@ async fn orphans_of_unknown_pods_are_reaped_known_ones_kept() {
 
 #[tokio::test]
 async fn a_pod_the_api_shows_finished_is_not_run_again() {
-    let mut p = pod("done", json!({"restartPolicy": "Never", "containers": [c("c")]}));
+    let mut p = pod(
+        "done",
+        json!({"restartPolicy": "Never", "containers": [c("c")]}),
+    );
     p.status = Some(PodStatus {
         phase: Some("Succeeded".into()),
         ..Default::default()
     });
     let (rt, sink, mut t) = setup(p);
     t.step().await;
-    assert_eq!(rt.calls().iter().filter(|c| *c == "RunPodSandbox").count(), 0);
+    assert_eq!(
+        rt.calls().iter().filter(|c| *c == "RunPodSandbox").count(),
+        0
+    );
     assert_eq!(phase(&sink.last()), "Succeeded");
 }
 

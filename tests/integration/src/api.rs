@@ -216,7 +216,11 @@ impl Relay {
     /// in a node namespace reaches an API server on the test's loopback.
     /// Both ends are loopback addresses in their own namespace, so no packet
     /// ever leaves a loopback device.
-    pub fn start_in_netns(netns: &crate::topology::Netns, port: u16, upstream: SocketAddr) -> Result<Self> {
+    pub fn start_in_netns(
+        netns: &crate::topology::Netns,
+        port: u16,
+        upstream: SocketAddr,
+    ) -> Result<Self> {
         let path = netns.path();
         // setns(2) moves only the calling thread, and a socket belongs to the
         // namespace of the thread that creates it: bind on a throwaway thread,
@@ -224,9 +228,8 @@ impl Relay {
         let listener = std::thread::spawn(move || -> Result<TcpListener> {
             let ns = std::fs::File::open(&path).with_context(|| format!("opening {path}"))?;
             // SAFETY: setns on an fd we own; it changes only this thread.
-            let rc = unsafe {
-                libc::setns(std::os::fd::AsRawFd::as_raw_fd(&ns), libc::CLONE_NEWNET)
-            };
+            let rc =
+                unsafe { libc::setns(std::os::fd::AsRawFd::as_raw_fd(&ns), libc::CLONE_NEWNET) };
             anyhow::ensure!(rc == 0, "setns {path}: {}", io::Error::last_os_error());
             Ok(TcpListener::bind(("127.0.0.1", port))?)
         })

@@ -16,6 +16,7 @@ pub mod api;
 pub mod bench;
 pub mod containerd;
 pub mod images;
+pub mod kubelet;
 pub mod manifest;
 pub mod sweep;
 pub mod topology;
