@@ -2,55 +2,22 @@
 //! subresources, selectors, pagination, authentication and deletion semantics.
 use std::collections::BTreeMap;
 
-use k8s_openapi::{
-    api::core::v1::{ConfigMap, Namespace, Node, Pod},
-    apimachinery::pkg::apis::meta::v1::ObjectMeta,
-};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
 use kube::{
     Api, Client,
     api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions},
 };
 use serde_json::json;
-use weir_test_apiserver::{Options, TestApiServer};
+mod common;
 
-async fn start() -> (TestApiServer, Client) {
-    let server = TestApiServer::start(Options::default())
-        .await
-        .expect("server starts");
-    let client = server.client().await.expect("client");
-    (server, client)
-}
-
-fn code(e: kube::Error) -> u16 {
-    match e {
-        kube::Error::Api(s) => s.code,
-        other => panic!("expected an API error, got {other:?}"),
-    }
-}
-
-fn cm(name: &str, labels: &[(&str, &str)]) -> ConfigMap {
-    ConfigMap {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            labels: Some(
-                labels
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-                    .collect(),
-            ),
-            ..Default::default()
-        },
-        data: Some(BTreeMap::from([("k".to_string(), "v".to_string())])),
-        ..Default::default()
-    }
-}
+use common::{cm, code, start};
 
 #[tokio::test]
 async fn configmap_crud_with_conflicts_and_preconditions() {
     let (_server, client) = start().await;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
     let created = api
-        .create(&PostParams::default(), &cm("a", &[]))
+        .create(&PostParams::default(), &cm("a", "v", &[]))
         .await
         .unwrap();
     let rv1: u64 = created
@@ -64,7 +31,7 @@ async fn configmap_crud_with_conflicts_and_preconditions() {
     assert!(created.metadata.creation_timestamp.is_some());
     assert_eq!(
         code(
-            api.create(&PostParams::default(), &cm("a", &[]))
+            api.create(&PostParams::default(), &cm("a", "v", &[]))
                 .await
                 .unwrap_err()
         ),
@@ -97,7 +64,7 @@ async fn configmap_crud_with_conflicts_and_preconditions() {
     assert_eq!((status.code, status.reason.as_str()), (409, "Conflict"));
 
     // generateName
-    let mut gen_cm = cm("", &[]);
+    let mut gen_cm = cm("", "v", &[]);
     gen_cm.metadata.name = None;
     gen_cm.metadata.generate_name = Some("gen-".into());
     let g = api.create(&PostParams::default(), &gen_cm).await.unwrap();
@@ -106,7 +73,7 @@ async fn configmap_crud_with_conflicts_and_preconditions() {
     // A namespace that does not exist.
     let missing: Api<ConfigMap> = Api::namespaced(client.clone(), "nope");
     let err = missing
-        .create(&PostParams::default(), &cm("x", &[]))
+        .create(&PostParams::default(), &cm("x", "v", &[]))
         .await
         .unwrap_err();
     let kube::Error::Api(status) = err else {
@@ -398,12 +365,12 @@ async fn selectors_and_pagination() {
         let tier = if i % 2 == 0 { "fe" } else { "be" };
         api.create(
             &PostParams::default(),
-            &cm(&format!("c{i}"), &[("app", "web"), ("tier", tier)]),
+            &cm(&format!("c{i}"), "v", &[("app", "web"), ("tier", tier)]),
         )
         .await
         .unwrap();
     }
-    api.create(&PostParams::default(), &cm("other", &[("app", "db")]))
+    api.create(&PostParams::default(), &cm("other", "v", &[("app", "db")]))
         .await
         .unwrap();
     let count = |lp: ListParams| {
@@ -600,7 +567,7 @@ async fn finalizers_hold_deletion_and_namespace_delete_cascades() {
         .await
         .unwrap();
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), "t1");
-    let mut held = cm("held", &[]);
+    let mut held = cm("held", "v", &[]);
     held.metadata.finalizers = Some(vec!["weir.dev/test".into()]);
     api.create(&PostParams::default(), &held).await.unwrap();
     api.delete("held", &DeleteParams::default()).await.unwrap();
@@ -615,7 +582,7 @@ async fn finalizers_hold_deletion_and_namespace_delete_cascades() {
     .unwrap();
     assert!(api.get_opt("held").await.unwrap().is_none());
 
-    api.create(&PostParams::default(), &cm("doomed", &[]))
+    api.create(&PostParams::default(), &cm("doomed", "v", &[]))
         .await
         .unwrap();
     namespaces
@@ -630,7 +597,7 @@ async fn finalizers_hold_deletion_and_namespace_delete_cascades() {
     assert_eq!(code(err), 403);
     assert_eq!(
         code(
-            api.create(&PostParams::default(), &cm("late", &[]))
+            api.create(&PostParams::default(), &cm("late", "v", &[]))
                 .await
                 .unwrap_err()
         ),
@@ -643,7 +610,7 @@ async fn token_authenticates_and_anonymous_is_refused() {
     let (server, _client) = start().await;
     let by_token = server.client_for_context("weir-test-token").await.unwrap();
     let api: Api<ConfigMap> = Api::namespaced(by_token, "default");
-    api.create(&PostParams::default(), &cm("t", &[]))
+    api.create(&PostParams::default(), &cm("t", "v", &[]))
         .await
         .unwrap();
 

@@ -1,6 +1,5 @@
 //! Kind-specific behaviour through kube-rs: Service allocation, Leases,
 //! EndpointSlices, name validation, discovery.
-use std::collections::BTreeMap;
 
 use k8s_openapi::{
     api::{
@@ -10,37 +9,13 @@ use k8s_openapi::{
     apimachinery::pkg::apis::meta::v1::ObjectMeta,
 };
 use kube::{
-    Api, Client,
+    Api,
     api::{ListParams, Patch, PatchParams, PostParams},
 };
 use serde_json::json;
-use weir_test_apiserver::{Options, TestApiServer};
+mod common;
 
-async fn start() -> (TestApiServer, Client) {
-    let server = TestApiServer::start(Options::default())
-        .await
-        .expect("server starts");
-    let client = server.client().await.expect("client");
-    (server, client)
-}
-
-fn code(e: kube::Error) -> u16 {
-    match e {
-        kube::Error::Api(s) => s.code,
-        other => panic!("expected an API error, got {other:?}"),
-    }
-}
-
-fn cm(name: &str) -> ConfigMap {
-    ConfigMap {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            ..Default::default()
-        },
-        data: Some(BTreeMap::from([("k".to_string(), "v".to_string())])),
-        ..Default::default()
-    }
-}
+use common::{cm, code, start};
 
 fn service(name: &str, spec: serde_json::Value) -> Service {
     serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).unwrap()
@@ -192,7 +167,7 @@ async fn endpointslices_and_name_validation() {
 
     let cms: Api<ConfigMap> = Api::namespaced(client, "default");
     let err = cms
-        .create(&PostParams::default(), &cm("Not_Valid"))
+        .create(&PostParams::default(), &cm("Not_Valid", "v", &[]))
         .await
         .unwrap_err();
     assert_eq!(code(err), 422);

@@ -1,17 +1,14 @@
 //! Watches through kube-rs: raw `Api::watch`, bookmarks, 410 Gone, and
 //! kube-runtime's watcher and reflector across a server outage.
-use std::{collections::BTreeMap, time::Duration};
+use std::time::Duration;
 
 use futures::{StreamExt as _, TryStreamExt as _};
-use k8s_openapi::{
-    api::{
-        core::v1::{ConfigMap, ObjectReference},
-        events::v1::Event as EventV1,
-    },
-    apimachinery::pkg::apis::meta::v1::ObjectMeta,
+use k8s_openapi::api::{
+    core::v1::{ConfigMap, ObjectReference},
+    events::v1::Event as EventV1,
 };
 use kube::{
-    Api, Client, Resource as _,
+    Api, Resource as _,
     api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams},
     runtime::{
         WatchStreamExt as _,
@@ -20,32 +17,12 @@ use kube::{
     },
 };
 use serde_json::json;
-use weir_test_apiserver::{Options, TestApiServer};
+mod common;
+
+use common::{cm, start_with};
+use weir_test_apiserver::Options;
 
 const WAIT: Duration = Duration::from_secs(20);
-
-async fn start(options: Options) -> (TestApiServer, Client) {
-    let server = TestApiServer::start(options).await.expect("server starts");
-    let client = server.client().await.expect("client");
-    (server, client)
-}
-
-fn cm(name: &str, value: &str, labels: &[(&str, &str)]) -> ConfigMap {
-    ConfigMap {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            labels: Some(
-                labels
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-                    .collect(),
-            ),
-            ..Default::default()
-        },
-        data: Some(BTreeMap::from([("k".to_string(), value.to_string())])),
-        ..Default::default()
-    }
-}
 
 /// Polls `check` until it holds or WAIT passes.
 async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
@@ -61,7 +38,7 @@ async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
 
 #[tokio::test]
 async fn raw_watch_sees_changes_in_order_from_a_resource_version() {
-    let (_server, client) = start(Options::default()).await;
+    let (_server, client) = start_with(Options::default()).await;
     let api: Api<ConfigMap> = Api::namespaced(client, "default");
     let list = api.list(&ListParams::default()).await.unwrap();
     let rv = list.metadata.resource_version.unwrap();
@@ -102,7 +79,7 @@ async fn raw_watch_sees_changes_in_order_from_a_resource_version() {
 
 #[tokio::test]
 async fn watch_with_selector_turns_relabels_into_added_and_deleted() {
-    let (_server, client) = start(Options::default()).await;
+    let (_server, client) = start_with(Options::default()).await;
     let api: Api<ConfigMap> = Api::namespaced(client, "default");
     api.create(&PostParams::default(), &cm("a", "1", &[("app", "x")]))
         .await
@@ -153,7 +130,7 @@ async fn bookmarks_arrive_at_the_configured_interval() {
         bookmark_interval: Duration::from_millis(200),
         ..Default::default()
     };
-    let (_server, client) = start(options).await;
+    let (_server, client) = start_with(options).await;
     let api: Api<ConfigMap> = Api::namespaced(client, "default");
     let rv = api
         .list(&ListParams::default())
@@ -180,7 +157,7 @@ async fn bookmarks_arrive_at_the_configured_interval() {
 
 #[tokio::test]
 async fn compacted_resource_versions_are_gone() {
-    let (server, client) = start(Options::default()).await;
+    let (server, client) = start_with(Options::default()).await;
     let api: Api<ConfigMap> = Api::namespaced(client, "default");
     api.create(&PostParams::default(), &cm("a", "1", &[]))
         .await
@@ -222,7 +199,7 @@ async fn compacted_resource_versions_are_gone() {
 
 #[tokio::test]
 async fn reflector_follows_changes_and_survives_an_outage() {
-    let (server, client) = start(Options::default()).await;
+    let (server, client) = start_with(Options::default()).await;
     let api: Api<ConfigMap> = Api::namespaced(client, "default");
     api.create(&PostParams::default(), &cm("before", "1", &[]))
         .await
@@ -282,7 +259,7 @@ async fn reflector_follows_changes_and_survives_an_outage() {
 
 #[tokio::test]
 async fn stop_breaks_open_watches_and_restart_keeps_state() {
-    let (server, client) = start(Options::default()).await;
+    let (server, client) = start_with(Options::default()).await;
     let api: Api<ConfigMap> = Api::namespaced(client, "default");
     let created = api
         .create(&PostParams::default(), &cm("a", "1", &[]))
@@ -345,7 +322,7 @@ async fn watcher_relists_after_410() {
         history_limit: 3,
         ..Default::default()
     };
-    let (server, client) = start(options).await;
+    let (server, client) = start_with(options).await;
     let api: Api<ConfigMap> = Api::namespaced(client, "default");
     api.create(&PostParams::default(), &cm("w0", "1", &[("app", "w")]))
         .await
@@ -406,7 +383,7 @@ async fn watcher_relists_after_410() {
 
 #[tokio::test]
 async fn streaming_list_sends_initial_events_then_a_bookmark() {
-    let (_server, client) = start(Options::default()).await;
+    let (_server, client) = start_with(Options::default()).await;
     let api: Api<ConfigMap> = Api::namespaced(client, "default");
     api.create(&PostParams::default(), &cm("a", "1", &[]))
         .await
@@ -445,7 +422,7 @@ async fn streaming_list_sends_initial_events_then_a_bookmark() {
 
 #[tokio::test]
 async fn recorder_publishes_events_k8s_io_events() {
-    let (_server, client) = start(Options::default()).await;
+    let (_server, client) = start_with(Options::default()).await;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
     let obj = api
         .create(&PostParams::default(), &cm("subject", "1", &[]))
