@@ -10,6 +10,7 @@
 pub mod cleanup;
 pub mod controller;
 pub mod datapath;
+pub mod healthcheck;
 pub mod inspect;
 pub mod k8s;
 pub mod kube_proxy_cleanup;
@@ -18,6 +19,7 @@ pub mod model;
 pub mod planner;
 pub mod reconciler;
 pub mod report;
+pub mod sockdestroy;
 pub mod source;
 pub mod store;
 pub mod telemetry;

@@ -2,43 +2,82 @@
 //!
 //! Every type here is `#[repr(C)]` with explicit padding and no `bool`, because the
 //! kernel programs and userspace read the same bytes. Each field documents its byte
-//! order. "Network order" fields hold the value exactly as it appears in a
-//! `sockaddr_in` (`sin_addr`, `sin_port`), so the socket hooks compare and copy them
-//! without conversion; "host order" fields are plain integers.
+//! order. "Network order" fields hold the value exactly as it appears on the wire
+//! and in `sockaddr_in{,6}`, so the programs compare and copy them without
+//! conversion; "host order" fields are plain integers.
+//!
+//! # Addresses
+//!
+//! Every map is dual-stack: an address is an [`Addr`] of 16 bytes, IPv6 as is and
+//! IPv4 as the IPv4-mapped IPv6 address `::ffff:a.b.c.d` (as Linux's dual-stack
+//! sockets and Katran's `vip_definition` do). A frontend's family is the family of
+//! its address; the agent never gives a frontend a backend of the other family
+//! and the datapath refuses one if it finds it, so v4 and v6 never mix within an
+//! entry. One key space also means a v6 socket connecting to `::ffff:VIP` finds
+//! the IPv4 Service, exactly as the kernel would route it.
 //!
 //! # Maps
 //!
-//! | pin name            | type      | key             | value            | written by |
-//! |---------------------|-----------|-----------------|------------------|------------|
-//! | [`MAP_SERVICES4`]   | hash      | [`Service4Key`] | [`Service4Value`]| agent      |
-//! | [`MAP_BACKENDS4`]   | hash      | `u32` backend id| [`Backend4`]     | agent      |
-//! | [`MAP_REVNAT4`]     | hash      | `u32` rev-NAT id| [`RevNat4`]      | agent      |
-//! | [`MAP_REVSOCK4`]    | LRU hash  | [`RevSock4Key`] | [`RevSock4Value`]| datapath   |
+//! | pin name              | type        | key               | value             | written by |
+//! |-----------------------|-------------|-------------------|-------------------|------------|
+//! | [`MAP_SERVICES`]      | hash        | [`ServiceKey`]    | [`ServiceValue`]  | agent      |
+//! | [`MAP_BACKENDS`]      | hash        | `u32` backend id  | [`Backend`]       | agent      |
+//! | [`MAP_REVNAT`]        | hash        | `u32` rev-NAT id  | [`RevNat`]        | agent      |
+//! | [`MAP_SRC_RANGES`]    | LPM trie    | [`SrcRangeKey`]   | `u8` (1)          | agent      |
+//! | [`MAP_CONFIG`]        | array[1]    | `u32` 0           | [`Config`]        | agent      |
+//! | [`MAP_REVSOCK`]       | LRU hash    | [`RevSockKey`]    | [`RevSockValue`]  | datapath   |
+//! | [`MAP_CT_TCP`]        | LRU hash    | [`CtKey`]         | [`CtValue`]       | datapath; agent GC |
+//! | [`MAP_CT_UDP`]        | LRU hash    | [`CtKey`]         | [`CtValue`]       | datapath; agent GC |
+//! | [`MAP_AFFINITY`]      | LRU hash    | [`AffinityKey`]   | [`AffinityValue`] | datapath   |
+//! | [`MAP_STATS`]         | per-CPU array | `u32` [`stat_index`] | [`StatValue`] | datapath |
 //!
-//! A frontend (`VIP:port/proto`) owns slot 0 of the services map, its *master*
-//! entry, which carries the backend counts and the rev-NAT id. Slots
-//! `1..=count` point at active backends and slots `count+1..=count+qcount` at
-//! terminating ones that still serve. The agent writes backends, then slots, then
-//! the master, then prunes, so a reader that sees a master always finds the slots
-//! and backends it names.
+//! A frontend (`addr:port/proto`) owns slot 0 of the services map, its *master*
+//! entry, which carries the backend counts, the rev-NAT id and the frontend's
+//! flags. Slots `1..=count` point at active backends and slots
+//! `count+1..=count+qcount` at terminating ones that still serve. The agent
+//! writes backends, then slots, then the master, then prunes, so a reader that
+//! sees a master always finds the slots and backends it names.
+//!
+//! NodePort frontends are written once per node address (not as a wildcard), so
+//! the socket hooks and the packet programs find them with the same exact
+//! lookup as any other frontend.
 #![no_std]
 
-/// Pin name of the IPv4 services map.
-pub const MAP_SERVICES4: &str = "WEIR_SVC4";
-/// Pin name of the IPv4 backends map.
-pub const MAP_BACKENDS4: &str = "WEIR_BACKEND4";
-/// Pin name of the IPv4 rev-NAT map.
-pub const MAP_REVNAT4: &str = "WEIR_REVNAT4";
-/// Pin name of the IPv4 socket reverse-translation map.
-pub const MAP_REVSOCK4: &str = "WEIR_REVSOCK4";
+/// Pin name of the services map.
+pub const MAP_SERVICES: &str = "WEIR_SVC";
+/// Pin name of the backends map.
+pub const MAP_BACKENDS: &str = "WEIR_BACKEND";
+/// Pin name of the rev-NAT map.
+pub const MAP_REVNAT: &str = "WEIR_REVNAT";
+/// Pin name of the socket reverse-translation map.
+pub const MAP_REVSOCK: &str = "WEIR_REVSOCK";
+/// Pin name of the TCP connection-tracking map.
+pub const MAP_CT_TCP: &str = "WEIR_CT_TCP";
+/// Pin name of the UDP (and SCTP) connection-tracking map.
+pub const MAP_CT_UDP: &str = "WEIR_CT_UDP";
+/// Pin name of the session-affinity map.
+pub const MAP_AFFINITY: &str = "WEIR_AFFINITY";
+/// Pin name of the `loadBalancerSourceRanges` LPM trie.
+pub const MAP_SRC_RANGES: &str = "WEIR_SRC_RANGE";
+/// Pin name of the datapath configuration (one [`Config`] at index 0).
+pub const MAP_CONFIG: &str = "WEIR_CONFIG";
+/// Pin name of the per-CPU packet counters.
+pub const MAP_STATS: &str = "WEIR_STATS";
 
 /// Default capacity of the services map: service-port entries, master and slots
 /// together, as Cilium's `lbmap` default.
 pub const DEFAULT_MAX_SERVICES: u32 = 65_536;
 /// Default capacity of the backends map, as Calico's eBPF backend map.
 pub const DEFAULT_MAX_BACKENDS: u32 = 262_144;
-/// Capacity of the LRU map that remembers which VIP each socket connected to.
+/// Capacity of the LRU map that remembers which frontend each socket connected to.
 pub const DEFAULT_MAX_REVSOCK: u32 = 262_144;
+/// Default capacity of each conntrack map (Cilium's `bpf-ct-global-tcp-max`
+/// default is 512Ki; each flow takes two entries, forward and reply).
+pub const DEFAULT_MAX_CT: u32 = 524_288;
+/// Default capacity of the affinity map (Cilium's `lbmap` affinity default).
+pub const DEFAULT_MAX_AFFINITY: u32 = 65_536;
+/// Default capacity of the source-range trie.
+pub const DEFAULT_MAX_SRC_RANGES: u32 = 16_384;
 
 /// `IPPROTO_TCP`.
 pub const PROTO_TCP: u8 = 6;
@@ -56,12 +95,58 @@ pub const BACKEND_STATE_TERMINATING: u8 = 1;
 /// Scope of a services-map entry: the frontend as every client sees it.
 pub const SCOPE_ALL: u8 = 0;
 
+/// [`ServiceValue::flags`]: a NodePort, externalIP or load-balancer ingress
+/// frontend, reachable from outside the node. ClusterIP frontends have it clear.
+pub const SVC_F_EXTERNAL: u16 = 1 << 0;
+/// [`ServiceValue::flags`]: a NodePort frontend (one per node address).
+pub const SVC_F_NODEPORT: u16 = 1 << 1;
+/// [`ServiceValue::flags`]: `externalTrafficPolicy: Local`. The agent gives the
+/// frontend only this node's endpoints; the datapath keeps the client's source
+/// address (no SNAT) and drops new flows while `count + qcount` is 0.
+pub const SVC_F_LOCAL: u16 = 1 << 2;
+/// [`ServiceValue::flags`]: `sessionAffinity: ClientIP`, timeout in
+/// [`ServiceValue::affinity_timeout`].
+pub const SVC_F_AFFINITY: u16 = 1 << 3;
+/// [`ServiceValue::flags`]: `loadBalancerSourceRanges` apply; a new flow is
+/// accepted only if [`MAP_SRC_RANGES`] holds a prefix of
+/// `(rev_nat_id, client address)`.
+pub const SVC_F_SRC_RANGES: u16 = 1 << 4;
+
+/// An IPv4 or IPv6 address, network order: the 16 bytes of `in6_addr`, read as
+/// four `u32` words in memory order (as `s6_addr32` and `bpf_sock_addr.user_ip6`).
+/// IPv4 is `::ffff:a.b.c.d`: words `[0, 0, V4_MAPPED_WORD, sin_addr]`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Addr(pub [u32; 4]);
+
+/// Third word of an IPv4-mapped address (`00 00 ff ff` in memory).
+pub const V4_MAPPED_WORD: u32 = u32::from_ne_bytes([0, 0, 0xff, 0xff]);
+
+impl Addr {
+    /// The mapped form of an IPv4 address given as `sin_addr` (network order).
+    #[inline(always)]
+    pub const fn from_v4(sin_addr: u32) -> Self {
+        Self([0, 0, V4_MAPPED_WORD, sin_addr])
+    }
+
+    #[inline(always)]
+    pub const fn is_v4(&self) -> bool {
+        self.0[0] == 0 && self.0[1] == 0 && self.0[2] == V4_MAPPED_WORD
+    }
+
+    /// `sin_addr` of an IPv4-mapped address.
+    #[inline(always)]
+    pub const fn v4(&self) -> u32 {
+        self.0[3]
+    }
+}
+
 /// Key of the services map.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Service4Key {
-    /// Frontend IPv4 address, network order.
-    pub addr: u32,
+pub struct ServiceKey {
+    /// Frontend address, network order.
+    pub addr: Addr,
     /// Frontend port, network order.
     pub port: u16,
     /// Slot, host order: 0 is the master entry, `1..` point at backends.
@@ -77,7 +162,7 @@ pub struct Service4Key {
 /// Value of the services map.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Service4Value {
+pub struct ServiceValue {
     /// Slots: the backend id, host order. Master: 0.
     pub backend_id: u32,
     /// Master: number of active backends, host order. Slots: 0.
@@ -87,18 +172,21 @@ pub struct Service4Value {
     pub qcount: u16,
     /// Rev-NAT id of the frontend, host order; the same in the master and its slots.
     pub rev_nat_id: u32,
-    /// Reserved, zero.
-    pub flags: u8,
+    /// Master: `SVC_F_*`, host order. Slots: 0.
+    pub flags: u16,
     /// Always zero.
-    pub _pad: [u8; 3],
+    pub _pad: [u8; 2],
+    /// Master with [`SVC_F_AFFINITY`]: `sessionAffinityConfig.clientIP.timeoutSeconds`,
+    /// host order (1..=86400). Otherwise 0.
+    pub affinity_timeout: u32,
 }
 
 /// Value of the backends map, keyed by a `u32` backend id (host order).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Backend4 {
-    /// Backend IPv4 address, network order.
-    pub addr: u32,
+pub struct Backend {
+    /// Backend address, network order; same family as its frontend.
+    pub addr: Addr,
     /// Backend port, network order.
     pub port: u16,
     /// IP protocol number (`PROTO_*`).
@@ -116,9 +204,9 @@ pub struct Backend4 {
 /// frontend that replies from a backend must appear to come from.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct RevNat4 {
-    /// Frontend IPv4 address, network order.
-    pub addr: u32,
+pub struct RevNat {
+    /// Frontend address, network order.
+    pub addr: Addr,
     /// Frontend port, network order.
     pub port: u16,
     /// Always zero.
@@ -128,23 +216,23 @@ pub struct RevNat4 {
 /// Key of the socket reverse-translation map: one socket talking to one backend.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct RevSock4Key {
+pub struct RevSockKey {
     /// `bpf_get_socket_cookie()` of the client socket, host order.
     pub cookie: u64,
-    /// Backend IPv4 address, network order.
-    pub addr: u32,
+    /// Backend address, network order.
+    pub addr: Addr,
     /// Backend port, network order.
     pub port: u16,
     /// Always zero.
-    pub _pad: [u8; 2],
+    pub _pad: [u8; 6],
 }
 
 /// Value of the socket reverse-translation map: the frontend the socket asked for.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct RevSock4Value {
-    /// Frontend IPv4 address, network order.
-    pub addr: u32,
+pub struct RevSockValue {
+    /// Frontend address, network order.
+    pub addr: Addr,
     /// Frontend port, network order.
     pub port: u16,
     /// Always zero.
@@ -155,16 +243,245 @@ pub struct RevSock4Value {
     pub rev_nat_id: u32,
 }
 
+/// [`CtKey::dir`]: the entry of the client → frontend tuple as it arrived.
+pub const CT_DIR_FORWARD: u8 = 0;
+/// [`CtKey::dir`]: the entry of the backend → client (or SNAT address) tuple of
+/// the replies.
+pub const CT_DIR_REPLY: u8 = 1;
+
+/// Key of the conntrack maps: a packet's tuple exactly as it appears in its
+/// headers when it reaches the programs.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct CtKey {
+    /// Source address, network order.
+    pub saddr: Addr,
+    /// Destination address, network order.
+    pub daddr: Addr,
+    /// Source port, network order.
+    pub sport: u16,
+    /// Destination port, network order.
+    pub dport: u16,
+    /// IP protocol number (`PROTO_*`).
+    pub proto: u8,
+    /// `CT_DIR_*`.
+    pub dir: u8,
+    /// Always zero.
+    pub _pad: [u8; 2],
+}
+
+/// [`CtValue::flags`]: the forward direction rewrote the source (SNAT).
+pub const CT_F_SNAT: u8 = 1 << 0;
+/// [`CtValue::flags`]: the flow was created by the XDP program.
+pub const CT_F_XDP: u8 = 1 << 1;
+/// [`CtValue::flags`]: the frontend is a ClusterIP translated per packet.
+pub const CT_F_CLUSTERIP: u8 = 1 << 2;
+
+/// [`CtValue::tcp_state`]: a SYN was seen, no reply yet.
+pub const CT_TCP_SYN_SENT: u8 = 1;
+/// [`CtValue::tcp_state`]: the backend answered.
+pub const CT_TCP_ESTABLISHED: u8 = 2;
+/// [`CtValue::tcp_state`]: a FIN or RST was seen.
+pub const CT_TCP_CLOSING: u8 = 3;
+
+/// Value of the conntrack maps. The forward entry says how to rewrite the
+/// client's packets; the reply entry how to rewrite the backend's. Each
+/// names the other's key, so the collector removes a flow's two entries
+/// together, and only once both have expired.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct CtValue {
+    /// New destination address, network order. Forward: the backend. Reply:
+    /// the original client (undoing SNAT).
+    pub nat_daddr: Addr,
+    /// New source address, network order. Forward: the SNAT address, or the
+    /// client's own when there is no SNAT. Reply: the frontend.
+    pub nat_saddr: Addr,
+    /// New destination port, network order (forward: backend; reply: client).
+    pub nat_dport: u16,
+    /// New source port, network order (forward: SNAT port or the client's;
+    /// reply: the frontend port).
+    pub nat_sport: u16,
+    /// Backend id chosen, host order. A forward entry whose backend is no longer
+    /// in the backends map (or now belongs to another frontend) is a dead flow:
+    /// the next packet picks a fresh backend.
+    pub backend_id: u32,
+    /// Rev-NAT id of the frontend, host order.
+    pub rev_nat_id: u32,
+    /// `CLOCK_MONOTONIC` seconds (`bpf_ktime_get_ns() / 1e9`) after which the
+    /// entry is expired, host order. The collector in the agent deletes
+    /// expired pairs; the datapath refreshes it on every packet.
+    pub expires: u32,
+    /// `CT_TCP_*` for TCP, 0 otherwise.
+    pub tcp_state: u8,
+    /// `CT_F_*`.
+    pub flags: u8,
+    /// Always zero.
+    pub _pad: [u8; 6],
+    /// Packets seen on this entry, host order.
+    pub packets: u64,
+    /// Bytes seen on this entry (IP total length), host order.
+    pub bytes: u64,
+}
+
+/// Key of the affinity map (Cilium's `lb_affinity_key`): one client of one
+/// frontend. Socket clients are keyed by their network namespace, packet
+/// clients by their address; the other field is zero.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct AffinityKey {
+    /// Client address for the packet programs, network order; zero for sockets.
+    pub client: Addr,
+    /// `bpf_get_netns_cookie()` of a socket client, host order; zero for packets.
+    pub netns_cookie: u64,
+    /// Rev-NAT id of the frontend, host order.
+    pub rev_nat_id: u32,
+    /// Always zero.
+    pub _pad: [u8; 4],
+}
+
+/// Value of the affinity map.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct AffinityValue {
+    /// Backend id the client sticks to, host order.
+    pub backend_id: u32,
+    /// `CLOCK_MONOTONIC` seconds of the last use, host order. The entry holds
+    /// while `now - last_used <= affinity_timeout`.
+    pub last_used: u32,
+}
+
+/// Data of a source-range LPM key. The trie key's prefix length counts bits
+/// from the start of this struct: 32 for the rev-NAT id plus the range's
+/// prefix length within the 128-bit (IPv4-mapped) address.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SrcRangeKey {
+    /// Rev-NAT id of the frontend, **network order** (LPM tries match bytes
+    /// from the first).
+    pub rev_nat_id: u32,
+    /// Range address, network order.
+    pub addr: Addr,
+}
+
+/// [`Config::flags`]: the cgroup socket hooks are attached (`--socket-lb`).
+pub const CFG_F_SOCKET_LB: u32 = 1 << 0;
+
+/// The datapath's tunables, written by the agent at start (index 0).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Config {
+    /// TCP conntrack timeout before the backend answered, seconds, host order.
+    pub ct_tcp_syn: u32,
+    /// TCP established timeout, seconds, host order.
+    pub ct_tcp_established: u32,
+    /// TCP timeout after FIN or RST, seconds, host order.
+    pub ct_tcp_closing: u32,
+    /// UDP and SCTP timeout, seconds, host order.
+    pub ct_udp: u32,
+    /// `CFG_F_*`, host order.
+    pub flags: u32,
+    /// Always zero.
+    pub _pad: u32,
+}
+
+/// Cilium's defaults: `bpf-ct-timeout-regular-tcp-syn` 60 s,
+/// `-regular-tcp` 6 h, `-regular-tcp-fin` 10 s, `-regular-any` 60 s.
+pub const DEFAULT_CONFIG: Config = Config {
+    ct_tcp_syn: 60,
+    ct_tcp_established: 21_600,
+    ct_tcp_closing: 10,
+    ct_udp: 60,
+    flags: CFG_F_SOCKET_LB,
+    _pad: 0,
+};
+
+/// Value of the per-CPU stats array.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct StatValue {
+    /// Packets (or socket calls), host order.
+    pub packets: u64,
+    /// Bytes (IP total length; 0 for socket calls), host order.
+    pub bytes: u64,
+}
+
+/// Programs that count, the first index of [`stat_index`].
+pub const STAT_PROG_XDP: u32 = 0;
+pub const STAT_PROG_TC_INGRESS: u32 = 1;
+pub const STAT_PROG_SOCK: u32 = 2;
+pub const STAT_PROGS: u32 = 3;
+/// Display names of `STAT_PROG_*`, by index.
+pub const STAT_PROG_NAMES: [&str; STAT_PROGS as usize] = ["xdp", "tc-ingress", "sock"];
+
+/// Outcomes and drop reasons, the second index of [`stat_index`].
+/// Not a frontend or flow of ours; passed on untouched.
+pub const STAT_PASS: u32 = 0;
+/// New flow translated to a backend.
+pub const STAT_NEW_FLOW: u32 = 1;
+/// Packet of a tracked flow translated forward.
+pub const STAT_FORWARD: u32 = 2;
+/// Reply translated back to the frontend.
+pub const STAT_REPLY: u32 = 3;
+/// Dropped: the frontend has no backend it may use.
+pub const STAT_DROP_NO_BACKEND: u32 = 4;
+/// Dropped: the client is outside `loadBalancerSourceRanges`.
+pub const STAT_DROP_SRC_RANGE: u32 = 5;
+/// Dropped: no free SNAT port for this backend.
+pub const STAT_DROP_SNAT_PORTS: u32 = 6;
+/// Dropped: a conntrack entry could not be written.
+pub const STAT_DROP_CT_FULL: u32 = 7;
+/// Dropped: headers could not be read or rewritten.
+pub const STAT_DROP_MALFORMED: u32 = 8;
+/// Passed: IP fragment or options the programs do not translate.
+pub const STAT_PASS_UNSUPPORTED: u32 = 9;
+/// XDP only: a frontend packet left for TC (could not be handled in XDP).
+pub const STAT_XDP_TO_TC: u32 = 10;
+/// Socket only: connect/sendmsg refused (no backend).
+pub const STAT_SOCK_REFUSED: u32 = 11;
+pub const STAT_REASONS: u32 = 12;
+/// Display names of the `STAT_*` reasons, by index.
+pub const STAT_REASON_NAMES: [&str; STAT_REASONS as usize] = [
+    "pass",
+    "new-flow",
+    "forward",
+    "reply",
+    "drop-no-backend",
+    "drop-source-range",
+    "drop-snat-ports",
+    "drop-ct-full",
+    "drop-malformed",
+    "pass-unsupported",
+    "xdp-to-tc",
+    "sock-refused",
+];
+/// Entries of [`MAP_STATS`].
+pub const STAT_ENTRIES: u32 = STAT_PROGS * STAT_REASONS;
+
+/// Index of `(program, reason)` in [`MAP_STATS`].
+#[inline(always)]
+pub const fn stat_index(prog: u32, reason: u32) -> u32 {
+    prog * STAT_REASONS + reason
+}
+
 #[cfg(feature = "user")]
 mod pod {
     // SAFETY: all of these are `#[repr(C)]`, `Copy`, built only from integers, and
     // have explicit padding fields, so every byte pattern is a valid value.
-    unsafe impl aya::Pod for super::Service4Key {}
-    unsafe impl aya::Pod for super::Service4Value {}
-    unsafe impl aya::Pod for super::Backend4 {}
-    unsafe impl aya::Pod for super::RevNat4 {}
-    unsafe impl aya::Pod for super::RevSock4Key {}
-    unsafe impl aya::Pod for super::RevSock4Value {}
+    unsafe impl aya::Pod for super::Addr {}
+    unsafe impl aya::Pod for super::ServiceKey {}
+    unsafe impl aya::Pod for super::ServiceValue {}
+    unsafe impl aya::Pod for super::Backend {}
+    unsafe impl aya::Pod for super::RevNat {}
+    unsafe impl aya::Pod for super::RevSockKey {}
+    unsafe impl aya::Pod for super::RevSockValue {}
+    unsafe impl aya::Pod for super::CtKey {}
+    unsafe impl aya::Pod for super::CtValue {}
+    unsafe impl aya::Pod for super::AffinityKey {}
+    unsafe impl aya::Pod for super::AffinityValue {}
+    unsafe impl aya::Pod for super::SrcRangeKey {}
+    unsafe impl aya::Pod for super::Config {}
+    unsafe impl aya::Pod for super::StatValue {}
 }
 
 #[cfg(test)]
@@ -177,11 +494,33 @@ mod tests {
     /// ABI break that needs new pin names.
     #[test]
     fn sizes_are_stable() {
-        assert_eq!(size_of::<Service4Key>(), 12);
-        assert_eq!(size_of::<Service4Value>(), 16);
-        assert_eq!(size_of::<Backend4>(), 12);
-        assert_eq!(size_of::<RevNat4>(), 8);
-        assert_eq!(size_of::<RevSock4Key>(), 16);
-        assert_eq!(size_of::<RevSock4Value>(), 12);
+        assert_eq!(size_of::<Addr>(), 16);
+        assert_eq!(size_of::<ServiceKey>(), 24);
+        assert_eq!(size_of::<ServiceValue>(), 20);
+        assert_eq!(size_of::<Backend>(), 24);
+        assert_eq!(size_of::<RevNat>(), 20);
+        assert_eq!(size_of::<RevSockKey>(), 32);
+        assert_eq!(size_of::<RevSockValue>(), 24);
+        assert_eq!(size_of::<CtKey>(), 40);
+        assert_eq!(size_of::<CtValue>(), 72);
+        assert_eq!(size_of::<AffinityKey>(), 32);
+        assert_eq!(size_of::<AffinityValue>(), 8);
+        assert_eq!(size_of::<SrcRangeKey>(), 20);
+        assert_eq!(size_of::<Config>(), 24);
+        assert_eq!(size_of::<StatValue>(), 16);
+    }
+
+    #[test]
+    fn v4_mapping_matches_in6_addr_bytes() {
+        let a = Addr::from_v4(u32::from_ne_bytes([10, 96, 0, 1]));
+        let mut bytes = [0u8; 16];
+        for (i, w) in a.0.iter().enumerate() {
+            bytes[i * 4..i * 4 + 4].copy_from_slice(&w.to_ne_bytes());
+        }
+        assert_eq!(
+            bytes,
+            [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 96, 0, 1]
+        );
+        assert!(a.is_v4());
     }
 }
