@@ -1,12 +1,9 @@
 //! `weir-agent cleanup`: detach every program and remove every pin.
-use std::{io, path::Path};
+use std::{io, os::fd::AsFd as _, path::Path};
 
 use tracing::info;
 
-use crate::datapath::{
-    links,
-    pins::{Hook, Pins},
-};
+use crate::datapath::{links, pins::Pins};
 
 #[derive(Debug, Default)]
 pub struct Cleaned {
@@ -14,24 +11,32 @@ pub struct Cleaned {
     pub pins: usize,
 }
 
+/// Detaches every link pinned under `<bpffs>/links` (socket hooks, tc and XDP
+/// links of every device, and staging leftovers of a crashed agent) and
+/// removes every pin, maps included.
 pub fn cleanup(pins: &Pins) -> io::Result<Cleaned> {
     let mut done = Cleaned::default();
-    for hook in Hook::ALL {
-        for path in [pins.link(hook), pins.staging_link(hook)] {
-            match links::open_pinned(&path) {
-                Ok(fd) => {
-                    use std::os::fd::AsFd as _;
-                    // A defunct link (its cgroup is gone) cannot be detached and
-                    // needs no detaching.
-                    if links::detach(fd.as_fd()).is_ok() {
-                        done.links += 1;
+    match std::fs::read_dir(pins.links()) {
+        Ok(entries) => {
+            for entry in entries {
+                let path = entry?.path();
+                match links::open_pinned(&path) {
+                    Ok(fd) => {
+                        // A defunct link (its cgroup or device is gone) cannot
+                        // be detached and needs no detaching.
+                        if links::detach(fd.as_fd()).is_ok() {
+                            done.links += 1;
+                        }
                     }
-                    remove(&path, &mut done)?;
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                    // Not a link (nothing else should be here): just unpin.
+                    Err(_) => {}
                 }
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => return Err(e),
+                remove(&path, &mut done)?;
             }
         }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
     }
     if let Ok(entries) = std::fs::read_dir(pins.maps()) {
         for entry in entries {

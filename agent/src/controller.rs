@@ -2,7 +2,8 @@
 //! Service they touch is synced, and failures are retried without a storm of
 //! identical log lines.
 use std::{
-    collections::{BTreeSet, HashMap},
+    collections::{BTreeSet, HashMap, HashSet},
+    net::SocketAddr,
     sync::Arc,
     time::{Duration, Instant, SystemTime},
 };
@@ -11,15 +12,17 @@ use tokio::sync::mpsc;
 use tracing::{debug, error, info, warn};
 
 use crate::{
+    healthcheck::HealthChecks,
     maps::LbMaps,
-    model::ServiceId,
+    model::{Protocol, ServiceId},
     reconciler::{ReconcileError, Reconciler},
     report::{Reason, Report, Reports, Stage},
+    sockdestroy::SocketReaper,
     source::SourceMsg,
-    store::Store,
+    store::{DesiredService, Rejected, Store},
     telemetry::{
         Health, Metrics,
-        metrics::{MapLabel, ReasonLabel},
+        metrics::{KindLabel, MapLabel, ReasonLabel},
     },
 };
 
@@ -30,6 +33,10 @@ pub struct Hooks {
     pub metrics: Arc<Metrics>,
     pub health: Arc<Health>,
     pub reports: Reports,
+    /// healthCheckNodePort listeners of eTP=Local LoadBalancer Services.
+    pub health_checks: Arc<HealthChecks>,
+    /// Destroys connected UDP sockets of backends a sync removed.
+    pub sockets: Arc<SocketReaper>,
 }
 
 impl Default for Hooks {
@@ -38,6 +45,8 @@ impl Default for Hooks {
             metrics: Arc::default(),
             health: Arc::new(Health::new(Duration::from_secs(60))),
             reports: Reports::none(),
+            health_checks: Arc::default(),
+            sockets: Arc::default(),
         }
     }
 }
@@ -55,6 +64,13 @@ pub struct Controller<M> {
     initial_ops: usize,
     /// EndpointSlice trigger times of changes not yet in the maps.
     triggers: HashMap<ServiceId, Vec<SystemTime>>,
+    /// The store's last rejection of each Service, to log and report it once.
+    rejected: HashMap<ServiceId, String>,
+    /// Services with a healthCheckNodePort listener.
+    health_checked: HashSet<ServiceId>,
+    /// UDP backends each Service's frontends had after its last successful
+    /// sync: the ones a sync drops have sockets to destroy.
+    udp_backends: HashMap<ServiceId, BTreeSet<SocketAddr>>,
     hooks: Hooks,
 }
 
@@ -68,6 +84,9 @@ impl<M: LbMaps> Controller<M> {
             synced: false,
             initial_ops: 0,
             triggers: HashMap::new(),
+            rejected: HashMap::new(),
+            health_checked: HashSet::new(),
+            udp_backends: HashMap::new(),
             hooks,
         };
         this.publish_gauges();
@@ -169,44 +188,19 @@ impl<M: LbMaps> Controller<M> {
         let start = Instant::now();
         let n = dirty.len();
         let mut ops = 0;
+        // A frontend moving between Services in one batch (a node port handed
+        // to the older Service, an address taken over) conflicts until its
+        // old owner has synced; those get a second try at the end of the
+        // batch instead of an error and a retry two seconds later.
+        let mut conflicted = Vec::new();
         for id in dirty {
-            let desired = self.store.frontends(&id);
-            match self.reconciler.sync_service(&id, &desired) {
-                Ok(done) => {
-                    ops += done;
-                    self.failed.remove(&id);
-                    self.programmed(&id);
-                    if self.last_error.remove(&id).is_some() {
-                        info!(service = %id, "service programmed after earlier failure");
-                        self.hooks.reports.send(Report::Recovered {
-                            service: id,
-                            stage: Stage::Programming,
-                        });
-                    }
-                }
-                Err(e) => {
-                    let msg = chain(&e);
-                    let reason = reason(&e);
-                    if self.last_error.get(&id) == Some(&msg) {
-                        debug!(service = %id, "still failing: {msg}");
-                    } else {
-                        error!(service = %id, "{msg}");
-                        self.count_failure(&e, reason);
-                        self.hooks.reports.send(Report::Failed {
-                            service: id.clone(),
-                            reason,
-                            message: msg.clone(),
-                        });
-                        self.last_error.insert(id.clone(), msg);
-                    }
-                    if e.is_transient() {
-                        self.failed.insert(id);
-                    } else {
-                        // Nothing will change until the Service does.
-                        self.triggers.remove(&id);
-                    }
-                }
+            match self.sync_one(&id, false) {
+                Some(done) => ops += done,
+                None => conflicted.push(id),
             }
+        }
+        for id in conflicted {
+            ops += self.sync_one(&id, true).unwrap_or(0);
         }
         if !self.synced {
             self.initial_ops += ops;
@@ -229,6 +223,63 @@ impl<M: LbMaps> Controller<M> {
         );
     }
 
+    /// Syncs one Service and returns the map writes it took. `None` (nothing
+    /// reported or recorded) when it conflicts with another Service's frontend
+    /// and `last_try` is false.
+    fn sync_one(&mut self, id: &ServiceId, last_try: bool) -> Option<usize> {
+        // A rejected Service is skipped: it loses its frontends, as if it
+        // were deleted, until it is fixed.
+        let desired = match self.store.desired(id) {
+            Ok(d) => {
+                self.accepted(id);
+                d
+            }
+            Err(r) => {
+                self.reject(r);
+                DesiredService::default()
+            }
+        };
+        match self.reconciler.sync_service(id, &desired.frontends) {
+            Ok(done) => {
+                self.failed.remove(id);
+                self.programmed(id);
+                self.after_programmed(id, &desired);
+                if self.last_error.remove(id).is_some() {
+                    info!(service = %id, "service programmed after earlier failure");
+                    self.hooks.reports.send(Report::Recovered {
+                        service: id.clone(),
+                        stage: Stage::Programming,
+                    });
+                }
+                Some(done)
+            }
+            Err(ReconcileError::FrontendConflict { .. }) if !last_try => None,
+            Err(e) => {
+                let msg = chain(&e);
+                let reason = reason(&e);
+                if self.last_error.get(id) == Some(&msg) {
+                    debug!(service = %id, "still failing: {msg}");
+                } else {
+                    error!(service = %id, "{msg}");
+                    self.count_failure(&e, reason);
+                    self.hooks.reports.send(Report::Failed {
+                        service: id.clone(),
+                        reason,
+                        message: msg.clone(),
+                    });
+                    self.last_error.insert(id.clone(), msg);
+                }
+                if e.is_transient() {
+                    self.failed.insert(id.clone());
+                } else {
+                    // Nothing will change until the Service does.
+                    self.triggers.remove(id);
+                }
+                Some(0)
+            }
+        }
+    }
+
     /// A Service's changes are in the maps: its pending trigger times become
     /// network programming latencies.
     fn programmed(&mut self, id: &ServiceId) {
@@ -243,6 +294,82 @@ impl<M: LbMaps> Controller<M> {
                 }
             }
         }
+    }
+
+    /// Logs, counts and reports a rejection once per distinct message.
+    fn reject(&mut self, r: Rejected) {
+        let msg = r.to_string();
+        if self.rejected.get(&r.service) == Some(&msg) {
+            return;
+        }
+        warn!(service = %r.service, "invalid Service, not programmed: {msg}");
+        self.hooks
+            .metrics
+            .invalid_objects
+            .get_or_create(&KindLabel {
+                kind: "Service".into(),
+            })
+            .inc();
+        self.hooks.reports.send(Report::Failed {
+            service: r.service.clone(),
+            reason: Reason::InvalidService,
+            message: msg.clone(),
+        });
+        self.rejected.insert(r.service, msg);
+    }
+
+    fn accepted(&mut self, id: &ServiceId) {
+        if self.rejected.remove(id).is_some() {
+            info!(service = %id, "service valid again");
+            self.hooks.reports.send(Report::Recovered {
+                service: id.clone(),
+                stage: Stage::Validation,
+            });
+        }
+    }
+
+    /// What follows a Service's successful programming: its health-check
+    /// listener, and destroying UDP sockets of backends it no longer has
+    /// (a connected UDP socket never passes the socket hooks again).
+    fn after_programmed(&mut self, id: &ServiceId, desired: &DesiredService) {
+        if let Some(hc) = desired.health_check {
+            self.hooks
+                .health_checks
+                .set(id, hc.node_port, hc.local_endpoints);
+            self.health_checked.insert(id.clone());
+        } else if self.health_checked.remove(id) {
+            self.hooks.health_checks.remove(id);
+        }
+
+        let gone = self.udp_backends_gone(id, desired);
+        if !gone.is_empty() {
+            debug!(service = %id, backends = gone.len(), "UDP backends removed");
+            self.hooks.sockets.backends_removed(gone);
+        }
+    }
+
+    /// Records the UDP backends `desired` uses and returns the ones the
+    /// Service used before and uses on no frontend now. A backend that only
+    /// left some frontends (say the node ports of an eTP=Local Service) still
+    /// serves the sockets connected through the others.
+    fn udp_backends_gone(&mut self, id: &ServiceId, desired: &DesiredService) -> Vec<SocketAddr> {
+        let now: BTreeSet<SocketAddr> = desired
+            .frontends
+            .iter()
+            .filter(|d| d.frontend.proto == Protocol::Udp)
+            .flat_map(|d| d.backends.iter())
+            .map(|b| SocketAddr::new(b.addr, b.port))
+            .collect();
+        let before = if now.is_empty() {
+            self.udp_backends.remove(id)
+        } else {
+            self.udp_backends.insert(id.clone(), now.clone())
+        };
+        before
+            .unwrap_or_default()
+            .difference(&now)
+            .copied()
+            .collect()
     }
 
     fn count_failure(&self, e: &ReconcileError, reason: Reason) {
@@ -293,4 +420,194 @@ pub fn chain(e: &dyn std::error::Error) -> String {
         cur = c.source();
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::IpAddr;
+
+    use super::*;
+    use crate::{
+        maps::{Capacity, fake::FakeMaps},
+        model::{
+            Backend, BackendState, DesiredFrontend, Frontend, NodeInfo, ServicePortSpec,
+            ServiceSpec, ServiceType,
+        },
+        store::{Change, StoreOptions},
+    };
+
+    fn controller(reports: Reports) -> Controller<FakeMaps> {
+        let cap = Capacity {
+            services: 64,
+            backends: 64,
+            revnat: 64,
+            src_ranges: 64,
+        };
+        let rec = Reconciler::restore(FakeMaps::new(cap)).unwrap();
+        let node = NodeInfo {
+            name: "n".into(),
+            zone: None,
+            addresses: vec!["192.168.0.1".parse().unwrap()],
+        };
+        let store = Store::with_options(node, StoreOptions::default());
+        Controller::new(
+            rec,
+            store,
+            Hooks {
+                reports,
+                ..Hooks::default()
+            },
+        )
+    }
+
+    fn node_port_svc(name: &str, ip: [u8; 4], node_port: u16) -> ServiceSpec {
+        ServiceSpec {
+            id: ServiceId::new("default", name),
+            kind: ServiceType::NodePort,
+            cluster_ips: vec![IpAddr::from(ip)],
+            ports: vec![ServicePortSpec {
+                name: String::new(),
+                port: 80,
+                proto: Protocol::Tcp,
+                node_port: Some(node_port),
+            }],
+            ..ServiceSpec::default()
+        }
+    }
+
+    #[test]
+    fn rejected_service_is_reported_once_and_others_are_programmed() {
+        let (reports, mut rx) = Reports::channel(16);
+        let mut ctl = controller(reports);
+        let mut dirty = BTreeSet::new();
+        ctl.handle(
+            SourceMsg::Changes(vec![
+                Change::UpsertService(node_port_svc("bad", [10, 96, 0, 1], 80)),
+                Change::UpsertService(node_port_svc("good", [10, 96, 0, 2], 30_080)),
+            ]),
+            &mut dirty,
+        );
+        ctl.sync(dirty.clone());
+        // ClusterIP and one NodePort frontend of the good Service only.
+        assert_eq!(ctl.reconciler.frontend_count(), 2);
+        let Ok(Report::Failed {
+            service,
+            reason,
+            message,
+        }) = rx.try_recv()
+        else {
+            panic!("no report");
+        };
+        assert_eq!(service, ServiceId::new("default", "bad"));
+        assert_eq!(reason, Reason::InvalidService);
+        assert!(message.contains("spec.ports[0].nodePort"), "{message}");
+        // Retrying the same rejection is quiet.
+        ctl.sync(dirty);
+        assert!(rx.try_recv().is_err());
+
+        // Fixed: programmed, and the failure is cleared.
+        let mut dirty = BTreeSet::new();
+        ctl.handle(
+            SourceMsg::Changes(vec![Change::UpsertService(node_port_svc(
+                "bad",
+                [10, 96, 0, 1],
+                30_081,
+            ))]),
+            &mut dirty,
+        );
+        ctl.sync(dirty);
+        assert_eq!(ctl.reconciler.frontend_count(), 4);
+        assert!(matches!(
+            rx.try_recv(),
+            Ok(Report::Recovered {
+                stage: Stage::Validation,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn node_port_handed_to_the_older_service_in_one_batch_needs_no_retry() {
+        let (reports, mut rx) = Reports::channel(16);
+        let mut ctl = controller(reports);
+        let mut dirty = BTreeSet::new();
+        // The younger "z" owns 30080 first; then the older "a" arrives and
+        // takes it. The batch syncs "a" before "z" has released the port, so
+        // "a" conflicts on its first try.
+        let mut z = node_port_svc("z", [10, 96, 0, 2], 30_080);
+        z.created = Some(200);
+        ctl.handle(
+            SourceMsg::Changes(vec![Change::UpsertService(z)]),
+            &mut dirty,
+        );
+        ctl.sync(std::mem::take(&mut dirty));
+        let mut a = node_port_svc("a", [10, 96, 0, 1], 30_080);
+        a.created = Some(100);
+        ctl.handle(
+            SourceMsg::Changes(vec![Change::UpsertService(a)]),
+            &mut dirty,
+        );
+        assert_eq!(dirty.len(), 2);
+        ctl.sync(dirty);
+        assert!(ctl.failed.is_empty(), "{:?}", ctl.failed);
+        assert!(ctl.last_error.is_empty(), "{:?}", ctl.last_error);
+        assert_eq!(ctl.reconciler.frontend_count(), 2);
+        let Ok(Report::Failed {
+            service, reason, ..
+        }) = rx.try_recv()
+        else {
+            panic!("no report");
+        };
+        assert_eq!(
+            (service, reason),
+            (ServiceId::new("default", "z"), Reason::InvalidService)
+        );
+        assert!(rx.try_recv().is_err());
+    }
+
+    fn udp(backends: &[(u8, BackendState)]) -> DesiredService {
+        let fe = Frontend {
+            addr: IpAddr::from([10, 96, 0, 53]),
+            port: 53,
+            proto: Protocol::Udp,
+        };
+        let b = backends
+            .iter()
+            .map(|&(h, state)| Backend {
+                addr: IpAddr::from([10, 0, 0, h]),
+                port: 5353,
+                state,
+            })
+            .collect();
+        DesiredService {
+            frontends: vec![DesiredFrontend::plain(fe, b)],
+            health_check: None,
+        }
+    }
+
+    #[test]
+    fn udp_backends_gone_are_the_ones_no_frontend_keeps() {
+        use BackendState::{Active, Terminating};
+        let mut ctl = controller(Reports::none());
+        let id = ServiceId::new("kube-system", "dns");
+        assert!(
+            ctl.udp_backends_gone(&id, &udp(&[(1, Active), (2, Active)]))
+                .is_empty()
+        );
+        // Terminating but serving still gets traffic: not gone.
+        assert!(
+            ctl.udp_backends_gone(&id, &udp(&[(1, Active), (2, Terminating)]))
+                .is_empty()
+        );
+        assert_eq!(
+            ctl.udp_backends_gone(&id, &udp(&[(1, Active)])),
+            ["10.0.0.2:5353".parse::<SocketAddr>().unwrap()]
+        );
+        // Deleted or rejected: every backend goes.
+        assert_eq!(
+            ctl.udp_backends_gone(&id, &DesiredService::default()),
+            ["10.0.0.1:5353".parse::<SocketAddr>().unwrap()]
+        );
+        assert!(ctl.udp_backends.is_empty());
+    }
 }

@@ -1,14 +1,381 @@
 //! healthCheckNodePort servers for `externalTrafficPolicy: Local` Services.
-//! (Stub interface; the node-runtime work fills it in.)
+//!
+//! A cloud load balancer in front of an eTP=Local Service must only send
+//! traffic to nodes that have a local endpoint, because such nodes drop (rather
+//! than forward) traffic for which they have none. It learns which ones from
+//! an HTTP probe on the Service's `healthCheckNodePort`, answered by the node's
+//! proxy. This is kube-proxy's `ServiceHealthServer` (pkg/proxy/healthcheck):
+//! one listener per port, any method and path, the same JSON body and headers,
+//! 200 with local endpoints and 503 without, so load balancers configured for
+//! kube-proxy keep working unchanged.
+//!
+//! Listeners come and go with the Services; a port that cannot be bound
+//! (another process holds it) is logged and retried, never fatal, as every
+//! other listener of the agent.
+use std::{
+    collections::HashMap,
+    convert::Infallible,
+    io,
+    net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr},
+    sync::{
+        Arc, Mutex, PoisonError,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
+
+use http_body_util::Full;
+use hyper::{Response, StatusCode, body::Bytes, header};
+use hyper_util::rt::TokioIo;
+use tokio::{net::TcpListener, runtime::Handle, task::JoinHandle};
+use tracing::{debug, info, warn};
+
 use crate::model::ServiceId;
 
+/// How long to wait before binding a port again: the holder may be an old
+/// agent or kube-proxy still shutting down.
+const BIND_RETRY: Duration = Duration::from_secs(5);
+
+/// The healthCheckNodePort listeners of this node.
+///
+/// [`HealthChecks::default`] is inert (it remembers nothing and binds
+/// nothing), which is what unit tests of the controller want.
 #[derive(Debug, Default)]
-pub struct HealthChecks {}
+pub struct HealthChecks {
+    server: Option<Server>,
+}
+
+#[derive(Debug)]
+struct Server {
+    /// Addresses every port is served on (0.0.0.0 and :: in the agent).
+    bind: Vec<IpAddr>,
+    rt: Handle,
+    services: Mutex<HashMap<ServiceId, Served>>,
+}
+
+/// One Service's listeners. Dropping it stops them.
+#[derive(Debug)]
+struct Served {
+    port: u16,
+    state: Arc<ServiceHealth>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+/// What a probe of one Service reads; shared with its listeners so a new
+/// endpoint count needs no restart.
+#[derive(Debug)]
+struct ServiceHealth {
+    id: ServiceId,
+    local_endpoints: AtomicUsize,
+}
 
 impl HealthChecks {
+    /// Health checks served on 0.0.0.0 and `[::]`, as kube-proxy does with
+    /// its default (empty) `--nodeport-addresses`.
+    pub fn serve_all() -> Self {
+        Self::serve(vec![
+            IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+        ])
+    }
+
+    /// Health checks served on each of `bind`. Must be called from inside a
+    /// Tokio runtime, which then runs the listeners.
+    pub fn serve(bind: Vec<IpAddr>) -> Self {
+        Self {
+            server: Some(Server {
+                bind,
+                rt: Handle::current(),
+                services: Mutex::default(),
+            }),
+        }
+    }
+
     /// The Service wants a health check on `node_port` reporting `local_endpoints`.
-    pub fn set(&self, _svc: &ServiceId, _node_port: u16, _local_endpoints: usize) {}
+    pub fn set(&self, svc: &ServiceId, node_port: u16, local_endpoints: usize) {
+        let Some(server) = &self.server else {
+            return;
+        };
+        if node_port == 0 {
+            // Not allocated (yet): nothing a load balancer could probe.
+            self.remove(svc);
+            return;
+        }
+        let mut services = server.lock();
+        if let Some(s) = services.get(svc)
+            && s.port == node_port
+        {
+            s.state
+                .local_endpoints
+                .store(local_endpoints, Ordering::Relaxed);
+            return;
+        }
+        // New Service or a changed port: the old listeners (if any) close
+        // before the new ones bind, so a Service moving to a port another
+        // one freed in the same sync is not refused.
+        services.remove(svc);
+        let state = Arc::new(ServiceHealth {
+            id: svc.clone(),
+            local_endpoints: AtomicUsize::new(local_endpoints),
+        });
+        let tasks = server
+            .bind
+            .iter()
+            .map(|ip| {
+                let addr = SocketAddr::new(*ip, node_port);
+                server.rt.spawn(listen(addr, state.clone()))
+            })
+            .collect();
+        services.insert(
+            svc.clone(),
+            Served {
+                port: node_port,
+                state,
+                tasks,
+            },
+        );
+    }
 
     /// The Service no longer has a health check.
-    pub fn remove(&self, _svc: &ServiceId) {}
+    pub fn remove(&self, svc: &ServiceId) {
+        if let Some(server) = &self.server
+            && let Some(s) = server.lock().remove(svc)
+        {
+            info!(service = %svc, port = s.port, "stopped health check server");
+        }
+    }
+}
+
+impl Server {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ServiceId, Served>> {
+        // The map stays consistent even if a holder panicked: every change is
+        // a single insert or remove.
+        self.services.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Binds `addr` (retrying while it is taken) and answers probes until aborted.
+async fn listen(addr: SocketAddr, state: Arc<ServiceHealth>) {
+    let listener = loop {
+        match bind(addr) {
+            Ok(l) => break l,
+            // No IPv6 on this node: nothing will ever probe [::] either.
+            Err(e) if addr.is_ipv6() && e.raw_os_error() == Some(libc::EAFNOSUPPORT) => {
+                debug!(%addr, "no IPv6 here; health check served on IPv4 only");
+                return;
+            }
+            Err(e) => {
+                warn!(
+                    service = %state.id,
+                    port = addr.port(),
+                    %addr,
+                    "cannot serve health check: {e}; retrying in {BIND_RETRY:?}"
+                );
+                tokio::time::sleep(BIND_RETRY).await;
+            }
+        }
+    };
+    info!(service = %state.id, %addr, "serving health check");
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(c) => c,
+            Err(e) => {
+                debug!(%addr, "health check accept: {e}");
+                // Out of descriptors and the like: do not spin.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let state = state.clone();
+        tokio::spawn(async move {
+            let svc = hyper::service::service_fn(move |_req| {
+                let state = state.clone();
+                async move { Ok::<_, Infallible>(answer(&state)) }
+            });
+            if let Err(e) = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), svc)
+                .await
+            {
+                debug!(%peer, "health check connection: {e}");
+            }
+        });
+    }
+}
+
+/// A listening socket on `addr`. IPv6 listeners are v6-only, because the IPv4
+/// wildcard has its own listener and a dual-stack one would collide with it.
+fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    if addr.is_ipv6() {
+        sock.set_only_v6(true)?;
+    }
+    // As Go's net.Listen: a restarted agent rebinds despite TIME_WAIT sockets.
+    sock.set_reuse_address(true)?;
+    sock.set_nonblocking(true)?;
+    sock.bind(&addr.into())?;
+    sock.listen(1024)?;
+    TcpListener::from_std(sock.into())
+}
+
+/// kube-proxy's answer, to the byte: the body is its dedented template.
+fn answer(state: &ServiceHealth) -> Response<Full<Bytes>> {
+    let count = state.local_endpoints.load(Ordering::Relaxed);
+    let code = if count > 0 {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    Response::builder()
+        .status(code)
+        .header(header::CONTENT_TYPE, "application/json")
+        .header("X-Content-Type-Options", "nosniff")
+        // kube-proxy ≥ 1.28 also tells weighted load balancers how much
+        // traffic this node can take.
+        .header("X-Load-Balancing-Endpoint-Weight", count.to_string())
+        .body(Full::new(Bytes::from(body(&state.id, count))))
+        .unwrap_or_default()
+}
+
+fn body(id: &ServiceId, count: usize) -> String {
+    let q = |s: &str| serde_json::to_string(s).unwrap_or_else(|_| "\"\"".to_owned());
+    format!(
+        "{{\n\t\"service\": {{\n\t\t\"namespace\": {},\n\t\t\"name\": {}\n\t}},\n\t\"localEndpoints\": {count},\n\t\"serviceProxyHealthy\": true\n}}",
+        q(&id.namespace),
+        q(&id.name),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    use super::*;
+
+    fn free_port() -> u16 {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    }
+
+    /// One HTTP/1.0 GET; the whole response as text, or None if refused.
+    async fn get(port: u16) -> Option<String> {
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .ok()?;
+        s.write_all(b"GET /anything HTTP/1.0\r\nHost: x\r\n\r\n")
+            .await
+            .ok()?;
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.ok()?;
+        Some(out)
+    }
+
+    async fn get_eventually(port: u16) -> String {
+        for _ in 0..100 {
+            if let Some(r) = get(port).await {
+                return r;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("nothing listens on {port}");
+    }
+
+    #[test]
+    fn body_is_kube_proxys_template() {
+        assert_eq!(
+            body(&ServiceId::new("ns", "web"), 2),
+            "{\n\t\"service\": {\n\t\t\"namespace\": \"ns\",\n\t\t\"name\": \"web\"\n\t},\n\t\"localEndpoints\": 2,\n\t\"serviceProxyHealthy\": true\n}"
+        );
+        let v: serde_json::Value =
+            serde_json::from_str(&body(&ServiceId::new("a", "b"), 0)).unwrap();
+        assert_eq!(v["service"]["name"], "b");
+        assert_eq!(v["localEndpoints"], 0);
+    }
+
+    #[test]
+    fn default_is_inert() {
+        let hc = HealthChecks::default();
+        hc.set(&ServiceId::new("a", "b"), 1, 1);
+        hc.remove(&ServiceId::new("a", "b"));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn serves_counts_and_stops() {
+        let hc = HealthChecks::serve(vec![IpAddr::V4(Ipv4Addr::LOCALHOST)]);
+        let id = ServiceId::new("default", "lb");
+        let port = free_port();
+
+        hc.set(&id, port, 0);
+        let r = get_eventually(port).await;
+        assert!(r.starts_with("HTTP/1.0 503"), "{r}");
+        assert!(r.contains("content-type: application/json"), "{r}");
+        assert!(r.contains("x-content-type-options: nosniff"), "{r}");
+        assert!(r.contains("\"localEndpoints\": 0"), "{r}");
+
+        // Same port, new count: the listener stays, the answer changes.
+        hc.set(&id, port, 3);
+        let r = get(port).await.unwrap();
+        assert!(r.starts_with("HTTP/1.0 200"), "{r}");
+        assert!(r.contains("\"localEndpoints\": 3"), "{r}");
+        assert!(r.contains("\"namespace\": \"default\""), "{r}");
+
+        // A new port: the old one closes.
+        let port2 = free_port();
+        hc.set(&id, port2, 1);
+        assert!(get_eventually(port2).await.starts_with("HTTP/1.0 200"));
+        refused_eventually(port).await;
+
+        hc.remove(&id);
+        refused_eventually(port2).await;
+    }
+
+    async fn refused_eventually(port: u16) {
+        for _ in 0..100 {
+            if tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .is_err()
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("{port} still listens");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn busy_port_is_retried_not_fatal() {
+        let blocker = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = blocker.local_addr().unwrap().port();
+        let hc = HealthChecks::serve(vec![IpAddr::V4(Ipv4Addr::LOCALHOST)]);
+        let id = ServiceId::new("default", "busy");
+        hc.set(&id, port, 1);
+        // The other Service still gets its listener.
+        let other = free_port();
+        hc.set(&ServiceId::new("default", "free"), other, 1);
+        assert!(get_eventually(other).await.starts_with("HTTP/1.0 200"));
+        hc.remove(&id);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn v6_listener_is_v6_only() {
+        // Both wildcards on one port must coexist (needs IPv6 on the host).
+        let port = free_port();
+        let v4 = bind(SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), port));
+        let v6 = bind(SocketAddr::new(Ipv6Addr::UNSPECIFIED.into(), port));
+        if let Err(e) = &v6
+            && e.raw_os_error() == Some(libc::EAFNOSUPPORT)
+        {
+            return;
+        }
+        v4.unwrap();
+        v6.unwrap();
+    }
 }

@@ -1,23 +1,85 @@
 //! `weir-agent inspect`: what the kernel is doing, read from the pinned maps and
 //! not from any agent's memory, so it works while the agent is down.
-use std::net::Ipv4Addr;
+use std::{
+    net::{IpAddr, Ipv4Addr},
+    path::Path,
+};
 
+use aya::maps::{Map, MapData, MapError, PerCpuArray};
 use serde::Serialize;
-use weir_abi::BACKEND_STATE_TERMINATING;
+use weir_abi::{
+    BACKEND_STATE_TERMINATING, SVC_F_AFFINITY, SVC_F_EXTERNAL, SVC_F_LOCAL, SVC_F_NODEPORT,
+    SVC_F_SRC_RANGES, StatValue,
+};
 
 use crate::{maps::Snapshot, model::Protocol};
 
+pub mod conntrack;
+pub mod stats;
+
+#[derive(Debug, thiserror::Error)]
+pub enum InspectError {
+    #[error("cannot read pinned map {map}")]
+    Map {
+        map: &'static str,
+        #[source]
+        source: MapError,
+    },
+}
+
 #[derive(Debug, PartialEq, Eq, Serialize)]
 pub struct ServiceView {
-    pub vip: Ipv4Addr,
+    pub vip: IpAddr,
     pub port: u16,
     pub protocol: String,
+    /// `external`, `nodeport`, `local`, `affinity`, `source-ranges`
+    /// (the master entry's `SVC_F_*`).
+    pub flags: Vec<&'static str>,
+    /// `sessionAffinity: ClientIP` timeout, seconds; 0 without affinity.
+    pub affinity_timeout: u32,
     pub backends: Vec<BackendView>,
+}
+
+/// Names of the `SVC_F_*` bits set in `flags`.
+pub fn flag_names(flags: u16) -> Vec<&'static str> {
+    [
+        (SVC_F_EXTERNAL, "external"),
+        (SVC_F_NODEPORT, "nodeport"),
+        (SVC_F_LOCAL, "local"),
+        (SVC_F_AFFINITY, "affinity"),
+        (SVC_F_SRC_RANGES, "source-ranges"),
+    ]
+    .into_iter()
+    .filter(|(bit, _)| flags & bit != 0)
+    .map(|(_, name)| name)
+    .collect()
+}
+
+/// Every conntrack entry, read from the pins in `maps_dir`.
+pub fn read_conntrack(
+    maps_dir: &Path,
+) -> Result<Vec<(weir_abi::CtKey, weir_abi::CtValue)>, crate::ct_gc::CtGcError> {
+    crate::ct_gc::CtGc::open(maps_dir)?.entries()
+}
+
+/// The per-CPU counters of the pinned stats map, summed.
+pub fn read_stats(maps_dir: &Path) -> Result<Vec<stats::StatView>, InspectError> {
+    let map = weir_abi::MAP_STATS;
+    let err = |source| InspectError::Map { map, source };
+    let data = MapData::from_pin(maps_dir.join(map)).map_err(err)?;
+    let array: PerCpuArray<_, StatValue> =
+        PerCpuArray::try_from(Map::from_map_data(data).map_err(err)?).map_err(err)?;
+    Ok(stats::stats(|i| {
+        array
+            .get(&i, 0)
+            .map(|v| v.iter().copied().collect())
+            .unwrap_or_default()
+    }))
 }
 
 #[derive(Debug, PartialEq, Eq, Serialize)]
 pub struct BackendView {
-    pub ip: Ipv4Addr,
+    pub ip: IpAddr,
     pub port: u16,
     pub state: &'static str,
 }
@@ -30,7 +92,7 @@ pub fn services(s: &Snapshot) -> Vec<ServiceView> {
         let mut backends = Vec::new();
         let used = u32::from(master.count) + u32::from(master.qcount);
         for slot in 1..=used {
-            let sk = weir_abi::Service4Key {
+            let sk = weir_abi::ServiceKey {
                 slot: u16::try_from(slot).unwrap_or(u16::MAX),
                 ..*k
             };
@@ -40,7 +102,7 @@ pub fn services(s: &Snapshot) -> Vec<ServiceView> {
                 .and_then(|v| s.backends.get(&v.backend_id));
             backends.push(match b {
                 Some(b) => BackendView {
-                    ip: Ipv4Addr::from(u32::from_be(b.addr)),
+                    ip: crate::maps::ip_addr(b.addr),
                     port: u16::from_be(b.port),
                     state: if b.state == BACKEND_STATE_TERMINATING {
                         "terminating"
@@ -49,17 +111,19 @@ pub fn services(s: &Snapshot) -> Vec<ServiceView> {
                     },
                 },
                 None => BackendView {
-                    ip: Ipv4Addr::UNSPECIFIED,
+                    ip: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
                     port: 0,
                     state: "missing",
                 },
             });
         }
         out.push(ServiceView {
-            vip: Ipv4Addr::from(u32::from_be(k.addr)),
+            vip: crate::maps::ip_addr(k.addr),
             port: u16::from_be(k.port),
             protocol: Protocol::from_ip_proto(k.proto)
                 .map_or_else(|| k.proto.to_string(), |p| p.as_str().to_owned()),
+            flags: flag_names(master.flags),
+            affinity_timeout: master.affinity_timeout,
             backends,
         });
     }
@@ -70,16 +134,97 @@ pub fn services(s: &Snapshot) -> Vec<ServiceView> {
 pub fn render_table(views: &[ServiceView]) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
-    let _ = writeln!(out, "{:<24} BACKENDS", "FRONTEND");
+    let _ = writeln!(out, "{:<34} {:<30} BACKENDS", "FRONTEND", "FLAGS");
     for v in views {
-        let fe = format!("{}:{}/{}", v.vip, v.port, v.protocol);
+        let fe = match v.vip {
+            IpAddr::V4(_) => format!("{}:{}/{}", v.vip, v.port, v.protocol),
+            IpAddr::V6(_) => format!("[{}]:{}/{}", v.vip, v.port, v.protocol),
+        };
+        let mut flags = v.flags.join(",");
+        if v.affinity_timeout > 0 {
+            flags.push_str(&format!("({}s)", v.affinity_timeout));
+        }
+        if flags.is_empty() {
+            flags.push('-');
+        }
+        let fe = format!("{fe:<34} {flags:<30}");
         if v.backends.is_empty() {
-            let _ = writeln!(out, "{fe:<24} (none: connections are refused)");
+            let _ = writeln!(out, "{fe} (none: connections are refused)");
         }
         for (i, b) in v.backends.iter().enumerate() {
             let lead = if i == 0 { fe.as_str() } else { "" };
-            let _ = writeln!(out, "{lead:<24} {}:{} ({})", b.ip, b.port, b.state);
+            let _ = writeln!(
+                out,
+                "{lead:<65} {} ({})",
+                std::net::SocketAddr::new(b.ip, b.port),
+                b.state
+            );
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use weir_abi::{Backend, PROTO_TCP, ServiceKey, ServiceValue};
+
+    use super::*;
+    use crate::maps::abi_addr;
+
+    #[test]
+    fn services_show_flags_and_v6_frontends() {
+        let mut s = Snapshot::default();
+        let fe = ServiceKey {
+            addr: abi_addr("fd00::10".parse().unwrap()),
+            port: 30080u16.to_be(),
+            proto: PROTO_TCP,
+            ..ServiceKey::default()
+        };
+        s.services.insert(
+            fe,
+            ServiceValue {
+                count: 1,
+                rev_nat_id: 1,
+                flags: SVC_F_EXTERNAL | SVC_F_NODEPORT | SVC_F_LOCAL | SVC_F_AFFINITY,
+                affinity_timeout: 300,
+                ..ServiceValue::default()
+            },
+        );
+        s.services.insert(
+            ServiceKey { slot: 1, ..fe },
+            ServiceValue {
+                backend_id: 9,
+                rev_nat_id: 1,
+                ..ServiceValue::default()
+            },
+        );
+        s.backends.insert(
+            9,
+            Backend {
+                addr: abi_addr("fd00::99".parse().unwrap()),
+                port: 8080u16.to_be(),
+                proto: PROTO_TCP,
+                rev_nat_id: 1,
+                ..Backend::default()
+            },
+        );
+        let views = services(&s);
+        assert_eq!(
+            views[0].flags,
+            vec!["external", "nodeport", "local", "affinity"]
+        );
+        assert_eq!(views[0].affinity_timeout, 300);
+        assert_eq!(
+            views[0].backends[0].ip,
+            "fd00::99".parse::<IpAddr>().unwrap()
+        );
+        let table = render_table(&views);
+        assert!(table.contains("[fd00::10]:30080/TCP"), "{table}");
+        assert!(
+            table.contains("external,nodeport,local,affinity(300s)"),
+            "{table}"
+        );
+        assert!(table.contains("[fd00::99]:8080 (active)"), "{table}");
+        assert_eq!(flag_names(SVC_F_SRC_RANGES), vec!["source-ranges"]);
+    }
 }

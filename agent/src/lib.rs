@@ -9,6 +9,7 @@
 //! ```
 pub mod cleanup;
 pub mod controller;
+pub mod ct_gc;
 pub mod datapath;
 pub mod healthcheck;
 pub mod inspect;
@@ -16,6 +17,7 @@ pub mod k8s;
 pub mod kube_proxy_cleanup;
 pub mod maps;
 pub mod model;
+pub mod node_addrs;
 pub mod planner;
 pub mod reconciler;
 pub mod report;

@@ -4,7 +4,7 @@ use anyhow::{Context as _, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use std::{net::SocketAddr, sync::Arc};
 use tokio::sync::mpsc;
-use tracing::{error, info};
+use tracing::{error, info, warn};
 
 use kube::runtime::{
     events::{Recorder, Reporter},
@@ -13,16 +13,21 @@ use kube::runtime::{
 use weir_agent::{
     cleanup,
     controller::{Controller, Hooks},
-    datapath::{Datapath, LoadOptions, pins::Pins},
+    ct_gc::{self, CtGc},
+    datapath::{Acceleration, Datapath, LoadOptions, pins::Pins},
+    healthcheck::HealthChecks,
     inspect,
     maps::{LbMaps as _, pinned::PinnedMaps},
     model::NodeInfo,
+    node_addrs,
     reconciler::Reconciler,
     report::{Reports, events, lease},
+    sockdestroy::SocketReaper,
+    source::SourceMsg,
     source::kube::{Connection, KubeSource},
     source::manifests,
-    store::Store,
-    telemetry::{self, Health, Metrics, http::Routes},
+    store::{Change, Store, StoreOptions},
+    telemetry::{self, Health, Metrics, http::Routes, metrics::ProtoLabel},
 };
 
 /// Weir's node agent: replaces kube-proxy with eBPF socket load balancing.
@@ -84,29 +89,62 @@ struct RunArgs {
     log_format: LogFormat,
 }
 
-/// Settings of the per-packet (TC/XDP) datapath. This build has only the
-/// socket datapath: the defaults are accepted, anything that needs TC/XDP is
-/// refused at start rather than silently ignored.
+/// Settings of the per-packet (TC/XDP) datapath and its connection tracking.
 #[derive(clap::Args, Debug)]
 struct PacketArgs {
-    /// Load balance ClusterIP traffic at the socket (connect/sendmsg).
+    /// Load balance ClusterIP traffic at the socket (connect/sendmsg), in
+    /// every cgroup below --cgroup. When false, hooks left by an earlier run
+    /// are detached.
     #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
     socket_lb: bool,
-    /// Devices for the TC/XDP programs (external devices and pod veths).
+    /// Devices for the per-packet programs (external devices and pod veths);
+    /// their global addresses are this node's NodePort addresses. None: socket
+    /// load balancing only.
     #[arg(long, value_name = "DEV,...", value_delimiter = ',')]
     devices: Vec<String>,
     /// NodePort range.
     #[arg(long, value_name = "FROM-TO", default_value = "30000-32767", value_parser = parse_port_range)]
     nodeport_range: (u16, u16),
-    #[arg(long, value_enum, default_value_t = Acceleration::Disabled)]
-    acceleration: Acceleration,
+    /// XDP acceleration of NodePort/external traffic on --devices: native
+    /// (required on every device), best-effort (where the driver supports it)
+    /// or disabled.
+    #[arg(long, value_enum, default_value_t = AccelerationArg::Disabled)]
+    acceleration: AccelerationArg,
+    /// Conntrack timeout of a TCP flow before the backend answers.
+    #[arg(long, value_name = "DURATION", default_value = "60s")]
+    ct_timeout_tcp_syn: humantime::Duration,
+    /// Conntrack timeout of an established TCP flow.
+    #[arg(long, value_name = "DURATION", default_value = "6h")]
+    ct_timeout_tcp: humantime::Duration,
+    /// Conntrack timeout of a TCP flow after FIN or RST.
+    #[arg(long, value_name = "DURATION", default_value = "10s")]
+    ct_timeout_tcp_fin: humantime::Duration,
+    /// Conntrack timeout of a UDP (and SCTP) flow.
+    #[arg(long, value_name = "DURATION", default_value = "60s")]
+    ct_timeout_udp: humantime::Duration,
+    /// How often expired conntrack entries are removed.
+    #[arg(long, value_name = "DURATION", default_value = "30s")]
+    ct_gc_interval: humantime::Duration,
+    /// Capacity of each conntrack map (TCP, UDP); a flow takes two entries.
+    #[arg(long, value_name = "N", default_value_t = weir_abi::DEFAULT_MAX_CT)]
+    ct_max: u32,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum Acceleration {
+enum AccelerationArg {
     Disabled,
     Native,
     BestEffort,
+}
+
+impl From<AccelerationArg> for Acceleration {
+    fn from(a: AccelerationArg) -> Self {
+        match a {
+            AccelerationArg::Disabled => Self::Disabled,
+            AccelerationArg::Native => Self::Native,
+            AccelerationArg::BestEffort => Self::BestEffort,
+        }
+    }
 }
 
 fn parse_port_range(s: &str) -> Result<(u16, u16), String> {
@@ -128,23 +166,24 @@ fn parse_port_range(s: &str) -> Result<(u16, u16), String> {
 }
 
 impl PacketArgs {
-    fn check(&self) -> Result<()> {
-        let needs = if !self.socket_lb {
-            Some("--socket-lb=false")
-        } else if !self.devices.is_empty() {
-            Some("--devices")
-        } else if self.acceleration != Acceleration::Disabled {
-            Some("--acceleration")
-        } else {
-            None
+    /// The conntrack timeouts as `WEIR_CONFIG` holds them (whole seconds).
+    fn datapath_config(&self) -> Result<weir_abi::Config> {
+        let secs = |d: humantime::Duration, flag: &str| -> Result<u32> {
+            let s = d.as_secs();
+            if s == 0 {
+                anyhow::bail!("{flag} must be at least 1s");
+            }
+            u32::try_from(s).with_context(|| format!("{flag} is too long"))
         };
-        if let Some(flag) = needs {
-            anyhow::bail!(
-                "{flag} needs the per-packet TC/XDP datapath, which this build of weir-agent does not have yet; \
-                 ClusterIP is served by socket load balancing (--socket-lb=true, no --devices, --acceleration=disabled)"
-            );
-        }
-        Ok(())
+        Ok(weir_abi::Config {
+            ct_tcp_syn: secs(self.ct_timeout_tcp_syn, "--ct-timeout-tcp-syn")?,
+            ct_tcp_established: secs(self.ct_timeout_tcp, "--ct-timeout-tcp")?,
+            ct_tcp_closing: secs(self.ct_timeout_tcp_fin, "--ct-timeout-tcp-fin")?,
+            ct_udp: secs(self.ct_timeout_udp, "--ct-timeout-udp")?,
+            // LoadOptions sets CFG_F_SOCKET_LB from --socket-lb.
+            flags: 0,
+            _pad: 0,
+        })
     }
 }
 
@@ -184,8 +223,22 @@ enum Command {
 
 #[derive(Subcommand, Debug)]
 enum Inspect {
-    /// Every VIP:port/proto with its backends and their states.
+    /// Every VIP:port/proto with its flags, backends and their states.
     Services {
+        #[command(flatten)]
+        bpffs: BpffsArg,
+        #[arg(short = 'o', long = "output", value_enum, default_value_t = Output::Table)]
+        output: Output,
+    },
+    /// Every tracked flow of the per-packet datapath, both directions.
+    Conntrack {
+        #[command(flatten)]
+        bpffs: BpffsArg,
+        #[arg(short = 'o', long = "output", value_enum, default_value_t = Output::Table)]
+        output: Output,
+    },
+    /// Packet and byte counters per program and outcome, summed over CPUs.
+    Stats {
         #[command(flatten)]
         bpffs: BpffsArg,
         #[arg(short = 'o', long = "output", value_enum, default_value_t = Output::Table)]
@@ -204,19 +257,7 @@ fn main() -> Result<()> {
     let format = cli.run.log_format;
     init_logging(format);
     match cli.command {
-        Some(Command::Inspect {
-            what: Inspect::Services { bpffs, output },
-        }) => {
-            let pins = Pins::new(bpffs.path);
-            let maps = PinnedMaps::open(&pins.maps())
-                .with_context(|| format!("no Weir maps pinned under {}", pins.maps().display()))?;
-            let views = inspect::services(&maps.snapshot()?);
-            match output {
-                Output::Table => print!("{}", inspect::render_table(&views)),
-                Output::Json => println!("{}", serde_json::to_string_pretty(&views)?),
-            }
-            Ok(())
-        }
+        Some(Command::Inspect { what }) => run_inspect(what),
         Some(Command::Cleanup { bpffs }) => {
             let done = cleanup::cleanup(&Pins::new(&bpffs.path))
                 .with_context(|| format!("cleaning up {}", bpffs.path.display()))?;
@@ -229,6 +270,42 @@ fn main() -> Result<()> {
             Ok(outcome.result()?)
         }
         None => run(cli.run),
+    }
+}
+
+fn run_inspect(what: Inspect) -> Result<()> {
+    fn print<T: serde::Serialize>(
+        views: &T,
+        output: Output,
+        table: impl Fn(&T) -> String,
+    ) -> Result<()> {
+        match output {
+            Output::Table => print!("{}", table(views)),
+            Output::Json => println!("{}", serde_json::to_string_pretty(views)?),
+        }
+        Ok(())
+    }
+    match what {
+        Inspect::Services { bpffs, output } => {
+            let pins = Pins::new(bpffs.path);
+            let maps = PinnedMaps::open(&pins.maps())
+                .with_context(|| format!("no Weir maps pinned under {}", pins.maps().display()))?;
+            let views = inspect::services(&maps.snapshot()?);
+            print(&views, output, |v| inspect::render_table(v))
+        }
+        Inspect::Conntrack { bpffs, output } => {
+            let maps = Pins::new(bpffs.path).maps();
+            let entries = inspect::read_conntrack(&maps)
+                .with_context(|| format!("no conntrack maps pinned under {}", maps.display()))?;
+            let views = inspect::conntrack::conntrack(&entries, ct_gc::monotonic_secs());
+            print(&views, output, |v| inspect::conntrack::render_table(v))
+        }
+        Inspect::Stats { bpffs, output } => {
+            let maps = Pins::new(bpffs.path).maps();
+            let views = inspect::read_stats(&maps)
+                .with_context(|| format!("no stats map pinned under {}", maps.display()))?;
+            print(&views, output, |v| inspect::stats::render_table(v))
+        }
     }
 }
 
@@ -245,12 +322,13 @@ fn init_logging(format: LogFormat) {
 }
 
 fn run(args: RunArgs) -> Result<()> {
-    args.packet.check()?;
-    let _ = args.packet.nodeport_range;
     if let Some(dir) = &args.manifests
         && !dir.is_dir()
     {
         anyhow::bail!("--manifests {}: not a directory", dir.display());
+    }
+    if args.packet.ct_gc_interval.is_zero() {
+        anyhow::bail!("--ct-gc-interval must be more than 0s");
     }
     let node = match &args.node_name {
         Some(n) if !n.is_empty() => n.clone(),
@@ -287,30 +365,74 @@ async fn run_async(args: RunArgs, node: String) -> Result<()> {
         tokio::spawn(telemetry::http::serve(addr, routes));
     }
 
+    let packet = &args.packet;
+    // Read before loading, so a missing device fails before anything changes.
+    let addresses = node_addrs::addresses_of(&packet.devices)?;
+    if !packet.devices.is_empty() {
+        info!(devices = ?packet.devices, addresses = ?addresses, "node addresses");
+    }
     let opts = LoadOptions {
-        pins: Pins::new(&args.bpffs.path),
-        cgroup: args.cgroup.clone(),
         max_services: args.max_services,
         max_backends: args.max_backends,
+        ct_max: packet.ct_max,
+        socket_lb: packet.socket_lb,
+        devices: packet.devices.clone(),
+        acceleration: packet.acceleration.into(),
+        config: packet.datapath_config()?,
+        ..LoadOptions::new(Pins::new(&args.bpffs.path), args.cgroup.clone())
     };
     let datapath = Datapath::load(&opts).context("loading the datapath")?;
-    info!(cgroup = %opts.cgroup.display(), bpffs = %opts.pins.root().display(), node = %node, "datapath attached");
+    info!(
+        cgroup = %opts.cgroup.display(),
+        bpffs = %opts.pins.root().display(),
+        node = %node,
+        socket_lb = opts.socket_lb,
+        devices = ?opts.devices,
+        "datapath attached"
+    );
     let reconciler =
         Reconciler::restore(datapath.maps).context("restoring state from pinned maps")?;
     info!(
         restored_frontends = reconciler.frontend_count(),
         "state restored from pinned maps"
     );
+    // Without a packet datapath nothing fills the conntrack maps, but they
+    // exist all the same (flows of an earlier run may still be there).
+    match CtGc::open(&opts.pins.maps()) {
+        Ok(gc) => {
+            let m = metrics.clone();
+            gc.spawn(packet.ct_gc_interval.into(), move |r| observe_gc(&m, r))
+                .context("starting the conntrack collector")?;
+        }
+        Err(e) => warn!("no conntrack garbage collection: {e}"),
+    }
 
     let (tx, rx) = mpsc::channel(64);
-    let store = Store::new(NodeInfo {
-        name: node.clone(),
-        zone: None,
-    });
+    if !packet.devices.is_empty() {
+        // Weak: the controller stops when the real source is gone, and this
+        // poller must not keep it alive.
+        tokio::spawn(watch_node_addresses(
+            packet.devices.clone(),
+            addresses.clone(),
+            tx.downgrade(),
+        ));
+    }
+    let store = Store::with_options(
+        NodeInfo {
+            name: node.clone(),
+            zone: None,
+            addresses,
+        },
+        StoreOptions {
+            node_port_range: packet.nodeport_range.0..=packet.nodeport_range.1,
+        },
+    );
     let mut hooks = Hooks {
         metrics: metrics.clone(),
         health: health.clone(),
         reports: Reports::none(),
+        health_checks: Arc::new(HealthChecks::serve_all()),
+        sockets: Arc::new(SocketReaper::spawn()),
     };
     let source = match &args.manifests {
         Some(dir) => tokio::spawn(manifests::run(dir.clone(), tx)),
@@ -371,6 +493,57 @@ async fn run_async(args: RunArgs, node: String) -> Result<()> {
     Ok(())
 }
 
+/// How often the --devices addresses are read again (DHCP renewals, an
+/// address added by hand).
+const NODE_ADDRESS_POLL: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Sends the node addresses to the store whenever they change.
+async fn watch_node_addresses(
+    devices: Vec<String>,
+    mut current: Vec<std::net::IpAddr>,
+    tx: mpsc::WeakSender<SourceMsg>,
+) {
+    let mut tick = tokio::time::interval(NODE_ADDRESS_POLL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        let fresh = match node_addrs::addresses_of(&devices) {
+            Ok(a) => a,
+            // A device vanished (being recreated, say): keep the last
+            // addresses rather than withdrawing every NodePort frontend.
+            Err(e) => {
+                warn!("cannot re-read node addresses: {e}");
+                continue;
+            }
+        };
+        if fresh != current {
+            info!(before = ?current, after = ?fresh, "node addresses changed");
+            current.clone_from(&fresh);
+            let Some(tx) = tx.upgrade() else { return };
+            if tx
+                .send(SourceMsg::Changes(vec![Change::NodeAddresses(fresh)]))
+                .await
+                .is_err()
+            {
+                return;
+            }
+        }
+    }
+}
+
+fn observe_gc(metrics: &Metrics, r: &ct_gc::GcReport) {
+    metrics
+        .conntrack_entries
+        .get_or_create(&ProtoLabel {
+            proto: r.proto.to_owned(),
+        })
+        .set(i64::try_from(r.entries).unwrap_or(i64::MAX));
+    metrics
+        .conntrack_gc_deleted
+        .inc_by(u64::try_from(r.deleted).unwrap_or(u64::MAX));
+}
+
 /// The node name kube-proxy would use: the hostname, lower-cased.
 fn hostname() -> Result<String> {
     let raw = std::fs::read_to_string("/proc/sys/kernel/hostname")?;
@@ -389,5 +562,75 @@ async fn shutdown_signal() {
     tokio::select! {
         _ = term.recv() => {}
         _ = int.recv() => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run_args(extra: &[&str]) -> RunArgs {
+        let mut argv = vec!["weir-agent"];
+        argv.extend_from_slice(extra);
+        Cli::try_parse_from(argv).expect("flags parse").run
+    }
+
+    #[test]
+    fn default_timeouts_are_the_abi_defaults() {
+        let cfg = run_args(&[]).packet.datapath_config().unwrap();
+        let d = weir_abi::DEFAULT_CONFIG;
+        assert_eq!(
+            (
+                cfg.ct_tcp_syn,
+                cfg.ct_tcp_established,
+                cfg.ct_tcp_closing,
+                cfg.ct_udp
+            ),
+            (
+                d.ct_tcp_syn,
+                d.ct_tcp_established,
+                d.ct_tcp_closing,
+                d.ct_udp
+            )
+        );
+        let a = run_args(&[]);
+        assert!(a.packet.socket_lb);
+        assert!(a.packet.devices.is_empty());
+        assert_eq!(a.packet.nodeport_range, (30000, 32767));
+        assert_eq!(a.packet.ct_max, weir_abi::DEFAULT_MAX_CT);
+        assert_eq!(
+            Acceleration::from(a.packet.acceleration),
+            Acceleration::Disabled
+        );
+    }
+
+    #[test]
+    fn packet_flags_parse() {
+        let a = run_args(&[
+            "--devices=eth0,eth1.100",
+            "--acceleration=best-effort",
+            "--socket-lb=false",
+            "--ct-timeout-udp=2s",
+            "--ct-timeout-tcp=1h",
+            "--nodeport-range=20000-22767",
+        ]);
+        assert_eq!(a.packet.devices, ["eth0", "eth1.100"]);
+        assert_eq!(
+            Acceleration::from(a.packet.acceleration),
+            Acceleration::BestEffort
+        );
+        assert!(!a.packet.socket_lb);
+        let cfg = a.packet.datapath_config().unwrap();
+        assert_eq!((cfg.ct_udp, cfg.ct_tcp_established), (2, 3600));
+        assert_eq!(a.packet.nodeport_range, (20000, 22767));
+    }
+
+    #[test]
+    fn zero_timeouts_are_refused_by_name() {
+        let e = run_args(&["--ct-timeout-tcp-fin=0s"])
+            .packet
+            .datapath_config()
+            .unwrap_err();
+        assert!(e.to_string().contains("--ct-timeout-tcp-fin"), "{e}");
     }
 }

@@ -1,10 +1,10 @@
 //! Domain types: what the agent wants the datapath to do, free of Kubernetes wire
 //! types and of map layouts. Sources convert into these at the edge; the planner
 //! converts them into map entries.
-use std::{fmt, net::Ipv4Addr};
+use std::{fmt, net::IpAddr};
 
 /// Namespace and name of a Service.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ServiceId {
     pub namespace: String,
     pub name: String,
@@ -79,14 +79,21 @@ impl fmt::Display for Protocol {
 /// `VIP:port/proto`: what a client connects to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Frontend {
-    pub addr: Ipv4Addr,
+    /// IPv4 or IPv6; the frontend's family is this address's family.
+    pub addr: IpAddr,
     pub port: u16,
     pub proto: Protocol,
 }
 
 impl fmt::Display for Frontend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}/{}", self.addr, self.port, self.proto)
+        // `SocketAddr` brackets IPv6 (`[::1]:80`), so the port stays unambiguous.
+        write!(
+            f,
+            "{}/{}",
+            std::net::SocketAddr::new(self.addr, self.port),
+            self.proto
+        )
     }
 }
 
@@ -111,9 +118,31 @@ impl BackendState {
 /// One backend of a frontend.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Backend {
-    pub addr: Ipv4Addr,
+    /// Always the family of the frontend it belongs to.
+    pub addr: IpAddr,
     pub port: u16,
     pub state: BackendState,
+}
+
+/// Which of a Service's addresses a frontend serves; decides its datapath flags.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum FrontendKind {
+    /// A cluster IP: reached from inside the cluster only.
+    #[default]
+    ClusterIp,
+    /// A node address and a `nodePort`.
+    NodePort,
+    /// A `spec.externalIPs` address.
+    ExternalIp,
+    /// A `status.loadBalancer.ingress[].ip`.
+    LoadBalancer,
+}
+
+impl FrontendKind {
+    /// Reached from outside the cluster: `externalTrafficPolicy` applies.
+    pub const fn is_external(self) -> bool {
+        !matches!(self, Self::ClusterIp)
+    }
 }
 
 /// What one frontend should look like in the datapath.
@@ -122,20 +151,188 @@ pub struct DesiredFrontend {
     pub frontend: Frontend,
     /// Usable backends only: endpoints that are not serving never get here.
     pub backends: Vec<Backend>,
+    pub kind: FrontendKind,
+    /// `externalTrafficPolicy: Local` on an external frontend: `backends` are
+    /// this node's only, and the datapath keeps the client address.
+    pub local: bool,
+    /// `sessionAffinity: ClientIP` timeout in seconds (1..=86400).
+    pub affinity: Option<u32>,
+    /// `loadBalancerSourceRanges` of the frontend's family; non-empty only on
+    /// load-balancer frontends. Empty means every client is admitted.
+    pub source_ranges: Vec<Cidr>,
+}
+
+impl DesiredFrontend {
+    /// A ClusterIP-like frontend with no options, for tests and refusals.
+    pub fn plain(frontend: Frontend, backends: Vec<Backend>) -> Self {
+        Self {
+            frontend,
+            backends,
+            kind: FrontendKind::ClusterIp,
+            local: false,
+            affinity: None,
+            source_ranges: Vec::new(),
+        }
+    }
+}
+
+/// An IP prefix such as `10.0.0.0/8` or `2001:db8::/32`, host bits cleared.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Cidr {
+    addr: IpAddr,
+    prefix: u8,
+}
+
+impl Cidr {
+    /// Parses `addr/len` as Go's `net.ParseCIDR` (which kube-proxy uses): host
+    /// bits are allowed and cleared; surrounding whitespace is ignored.
+    pub fn parse(s: &str) -> Option<Self> {
+        let (addr, len) = s.trim().split_once('/')?;
+        let addr: IpAddr = addr.parse().ok()?;
+        // Only plain decimal: `+8` or `08` are not prefix lengths.
+        if len.is_empty() || len.len() > 3 || !len.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let prefix: u8 = len.parse().ok()?;
+        Self::new(addr, prefix)
+    }
+
+    /// `None` when `prefix` is longer than the address.
+    pub fn new(addr: IpAddr, prefix: u8) -> Option<Self> {
+        let addr = match addr {
+            IpAddr::V4(a) if prefix <= 32 => {
+                let mask = u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0);
+                IpAddr::V4((u32::from(a) & mask).into())
+            }
+            IpAddr::V6(a) if prefix <= 128 => {
+                let mask = u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0);
+                IpAddr::V6((u128::from(a) & mask).into())
+            }
+            _ => return None,
+        };
+        Some(Self { addr, prefix })
+    }
+
+    pub const fn addr(&self) -> IpAddr {
+        self.addr
+    }
+
+    pub const fn prefix(&self) -> u8 {
+        self.prefix
+    }
+
+    pub const fn family(&self) -> IpFamily {
+        IpFamily::of(&self.addr)
+    }
+
+    /// Whether `ip` is inside the range (never across families).
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        Self::new(ip, self.prefix).is_some_and(|c| c.addr == self.addr)
+    }
+}
+
+impl fmt::Display for Cidr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.prefix)
+    }
+}
+
+/// `spec.type`, as far as frontends go (ExternalName Services get none and
+/// convert to a spec without cluster IPs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ServiceType {
+    #[default]
+    ClusterIp,
+    NodePort,
+    LoadBalancer,
+}
+
+impl ServiceType {
+    /// NodePort and LoadBalancer Services have node ports, and only they
+    /// honour `externalTrafficPolicy` (kube-proxy's `ExternalPolicyLocal`).
+    pub const fn has_node_ports(self) -> bool {
+        matches!(self, Self::NodePort | Self::LoadBalancer)
+    }
 }
 
 /// A validated Service, as far as load balancing cares.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ServiceSpec {
     pub id: ServiceId,
-    /// IPv4 cluster IPs. Empty for Services that get no frontend (headless).
-    pub cluster_ips: Vec<Ipv4Addr>,
+    /// `metadata.creationTimestamp` in Unix seconds: the older of two Services
+    /// that ask for the same node port keeps it.
+    pub created: Option<i64>,
+    pub kind: ServiceType,
+    /// Cluster IPs of either family (`spec.clusterIPs`, primary first). Empty
+    /// for Services that get no frontend (headless).
+    pub cluster_ips: Vec<IpAddr>,
     pub ports: Vec<ServicePortSpec>,
     /// `spec.internalTrafficPolicy`: which endpoints ClusterIP traffic may use.
     pub internal_policy: TrafficPolicy,
-    /// `spec.externalTrafficPolicy`: kept for the NodePort/LoadBalancer
-    /// frontends of the packet datapath; ClusterIP ignores it.
+    /// `spec.externalTrafficPolicy`: which endpoints the external frontends
+    /// (node ports, external IPs, load-balancer IPs) may use. Always
+    /// `Cluster` unless the type has node ports, as in kube-proxy.
     pub external_policy: TrafficPolicy,
+    /// `spec.externalIPs`, in spec order (errors name them by index).
+    pub external_ips: Vec<IpAddr>,
+    /// `status.loadBalancer.ingress[].ip` of a LoadBalancer Service, except
+    /// `ipMode: Proxy` ones (the load balancer proxies, nodes never see the IP).
+    pub lb_ips: Vec<IpAddr>,
+    /// `spec.loadBalancerSourceRanges` (or its annotation): who may use the
+    /// load-balancer IPs; empty admits everyone.
+    pub source_ranges: Vec<Cidr>,
+    /// `spec.healthCheckNodePort` of a LoadBalancer Service with
+    /// `externalTrafficPolicy: Local`.
+    pub health_check_node_port: Option<u16>,
+    /// `sessionAffinity: ClientIP` timeout in seconds (1..=86400).
+    pub affinity: Option<u32>,
+}
+
+impl ServiceSpec {
+    /// The families the Service is served in: those of its cluster IPs. A
+    /// family without a cluster IP gets no frontend of any kind, as each of
+    /// kube-proxy's per-family proxiers skips a Service without a cluster IP of
+    /// its family.
+    pub fn families(&self) -> Vec<IpFamily> {
+        let mut out = Vec::new();
+        for ip in &self.cluster_ips {
+            let f = IpFamily::of(ip);
+            if !out.contains(&f) {
+                out.push(f);
+            }
+        }
+        out
+    }
+}
+
+/// An address family.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum IpFamily {
+    V4,
+    V6,
+}
+
+impl IpFamily {
+    pub const fn of(addr: &IpAddr) -> Self {
+        match addr {
+            IpAddr::V4(_) => Self::V4,
+            IpAddr::V6(_) => Self::V6,
+        }
+    }
+
+    /// The Kubernetes spelling (`IPv4`, `IPv6`).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::V4 => "IPv4",
+            Self::V6 => "IPv6",
+        }
+    }
+}
+
+impl fmt::Display for IpFamily {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// `Cluster` (any endpoint) or `Local` (only endpoints on this node).
@@ -153,6 +350,10 @@ pub struct NodeInfo {
     pub name: String,
     /// The `topology.kubernetes.io/zone` label, once the Node has been read.
     pub zone: Option<String>,
+    /// The node's own addresses (global scope, both families, of the
+    /// `--devices` interfaces): NodePort frontends live on them, and an
+    /// external IP must not be one of them.
+    pub addresses: Vec<IpAddr>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -161,6 +362,8 @@ pub struct ServicePortSpec {
     pub name: String,
     pub port: u16,
     pub proto: Protocol,
+    /// `nodePort`, kept only for NodePort and LoadBalancer Services.
+    pub node_port: Option<u16>,
 }
 
 /// Namespace and name of an EndpointSlice.
@@ -176,12 +379,15 @@ impl fmt::Display for SliceId {
     }
 }
 
-/// A validated IPv4 EndpointSlice.
+/// A validated IPv4 or IPv6 EndpointSlice.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SliceSpec {
     pub id: SliceId,
     /// The Service named by the `kubernetes.io/service-name` label.
     pub service: ServiceId,
+    /// `addressType`: every address in `endpoints` is of this family. As in
+    /// kube-proxy, a frontend takes backends only from slices of its family.
+    pub family: IpFamily,
     pub ports: Vec<SlicePortSpec>,
     pub endpoints: Vec<EndpointSpec>,
 }
@@ -197,7 +403,8 @@ pub struct SlicePortSpec {
 /// One endpoint with its conditions resolved as the API defines their defaults.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EndpointSpec {
-    pub addrs: Vec<Ipv4Addr>,
+    /// All of the slice's family.
+    pub addrs: Vec<IpAddr>,
     pub ready: bool,
     pub serving: bool,
     pub terminating: bool,
@@ -225,6 +432,37 @@ impl EndpointSpec {
             Some(BackendState::Terminating)
         } else {
             None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cidr_parses_like_go_and_clears_host_bits() {
+        let c = Cidr::parse(" 10.1.2.3/8 ").unwrap();
+        assert_eq!(c.to_string(), "10.0.0.0/8");
+        assert_eq!(c.family(), IpFamily::V4);
+        assert_eq!(Cidr::parse("0.0.0.0/0").unwrap().prefix(), 0);
+        assert_eq!(
+            Cidr::parse("2001:db8::1/32").unwrap().to_string(),
+            "2001:db8::/32"
+        );
+        assert!(c.contains("10.200.0.1".parse().unwrap()));
+        assert!(!c.contains("11.0.0.1".parse().unwrap()));
+        assert!(!c.contains("::ffff:10.0.0.1".parse().unwrap()));
+        for bad in [
+            "10.0.0.0",
+            "10.0.0.0/33",
+            "10.0.0.0/",
+            "10.0.0.0/+8",
+            "x/8",
+            "::/129",
+            "1.2.3.4/8/9",
+        ] {
+            assert_eq!(Cidr::parse(bad), None, "{bad}");
         }
     }
 }

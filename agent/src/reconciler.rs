@@ -185,8 +185,11 @@ impl<M: LbMaps> Reconciler<M> {
             .iter()
             .filter(|d| !self.images.contains_key(&d.frontend))
             .map(|d| DesiredFrontend {
-                frontend: d.frontend,
                 backends: Vec::new(),
+                // A master without backends refuses everyone anyway; ranges
+                // would only take room (and may be what did not fit).
+                source_ranges: Vec::new(),
+                ..d.clone()
             })
             .collect();
         let plans = empty
@@ -434,6 +437,7 @@ fn sizes(img: &FrontendImage) -> BTreeMap<MapName, u64> {
         (MapName::Services, img.services.len() as u64),
         (MapName::Backends, img.backends.len() as u64),
         (MapName::RevNat, u64::from(img.rev_nat_id != 0)),
+        (MapName::SrcRanges, img.src_ranges.len() as u64),
     ])
 }
 
@@ -460,6 +464,8 @@ fn held_by(
             img.rev_nat_id = src.rev_nat_id;
             img.revnat = *r;
         }
+        img.src_ranges
+            .extend(src.src_ranges.iter().filter(|r| s.src_ranges.contains(r)));
     }
     img
 }
@@ -476,8 +482,10 @@ fn apply_to_image(img: &mut FrontendImage, op: &MapOp) {
         }
         MapOp::DeleteRevNat(_) => {
             img.rev_nat_id = 0;
-            img.revnat = weir_abi::RevNat4::default();
+            img.revnat = weir_abi::RevNat::default();
         }
+        MapOp::UpsertSrcRange(r) => drop(img.src_ranges.insert(r)),
+        MapOp::DeleteSrcRange(r) => drop(img.src_ranges.remove(&r)),
     }
 }
 

@@ -1,11 +1,291 @@
 //! Destroys connected UDP sockets pinned to removed backends.
-//! (Stub interface; the node-runtime work fills it in.)
-use std::net::SocketAddr;
+//!
+//! The socket hooks translate a UDP socket's destination once, at connect():
+//! from then on the socket talks to that backend directly and no hook runs
+//! again. When the backend goes away (a DNS pod is replaced, say), such a
+//! socket would keep sending into the void forever. Cilium and kube-proxy
+//! (which flushes conntrack for the same reason) both clean up; Weir destroys
+//! the sockets, as Cilium does with `SOCK_DESTROY`: the application reads
+//! `ECONNABORTED` once, and its next connect()/sendmsg() goes through the hooks
+//! again and reaches a live backend.
+//!
+//! Sockets live in every pod's network namespace, so a dedicated thread enters
+//! each namespace it can see (`/proc/*/ns/net`, deduplicated by inode, and the
+//! `ip netns` ones under `/run/netns`) and asks that namespace's sock_diag.
+//! setns() moves only the calling thread, which is why this is a std thread
+//! of its own and not a Tokio task.
+mod diag;
 
+use std::{
+    collections::{BTreeMap, HashSet},
+    fs::File,
+    io,
+    net::{IpAddr, SocketAddr},
+    os::{fd::AsRawFd, unix::fs::MetadataExt as _},
+    path::{Path, PathBuf},
+    sync::mpsc,
+};
+
+pub use diag::DiagError;
+use diag::{Diag, DiagSocket};
+use tracing::{debug, info, warn};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReapError {
+    #[error(transparent)]
+    Diag(#[from] DiagError),
+    #[error("cannot open network namespace {path}")]
+    OpenNetns {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot enter network namespace {path}")]
+    Setns {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// Hands removed UDP backends to the reaper thread.
+///
+/// [`SocketReaper::default`] is inert, which is what unit tests of the
+/// controller want.
 #[derive(Debug, Default)]
-pub struct SocketReaper {}
+pub struct SocketReaper {
+    tx: Option<mpsc::Sender<Vec<SocketAddr>>>,
+}
 
 impl SocketReaper {
+    /// Starts the reaper thread. If the thread cannot be started, sockets are
+    /// not reaped (applications see stale backends until they reconnect) but
+    /// load balancing is unaffected, so that is a warning, not a failure.
+    pub fn spawn() -> Self {
+        let (tx, rx) = mpsc::channel();
+        match std::thread::Builder::new()
+            .name("weir-sockdestroy".into())
+            .spawn(move || run(&rx))
+        {
+            Ok(_) => Self { tx: Some(tx) },
+            Err(e) => {
+                warn!(
+                    "cannot start the UDP socket reaper: {e}; stale UDP sockets are not destroyed"
+                );
+                Self::default()
+            }
+        }
+    }
+
     /// UDP backends a sync just removed; never blocks.
-    pub fn backends_removed(&self, _gone: Vec<SocketAddr>) {}
+    pub fn backends_removed(&self, gone: Vec<SocketAddr>) {
+        if gone.is_empty() {
+            return;
+        }
+        if let Some(tx) = &self.tx
+            && tx.send(gone).is_err()
+        {
+            warn!("the UDP socket reaper thread is gone; stale UDP sockets are not destroyed");
+        }
+    }
+}
+
+fn run(rx: &mpsc::Receiver<Vec<SocketAddr>>) {
+    while let Ok(mut gone) = rx.recv() {
+        // Syncs come in bursts; one walk over the namespaces serves them all.
+        while let Ok(more) = rx.try_recv() {
+            gone.extend(more);
+        }
+        gone.sort_unstable();
+        gone.dedup();
+        let counts = reap_everywhere(&gone);
+        for addr in &gone {
+            let n = counts.get(addr).copied().unwrap_or(0);
+            info!(backend = %addr, sockets = n, "destroyed connected UDP sockets of a removed backend");
+        }
+    }
+}
+
+/// Destroys the connected UDP sockets of the calling thread's current network
+/// namespace whose peer is `addr` (for IPv4 also `::ffff:addr` on IPv6
+/// sockets). Returns how many it destroyed. For integration tests and tools;
+/// the agent itself goes through [`SocketReaper`].
+pub fn destroy_udp_sockets_to(addr: SocketAddr) -> Result<usize, ReapError> {
+    let counts = reap_here(&[addr])?;
+    Ok(counts.values().sum())
+}
+
+/// Every namespace, one after the other; a namespace that fails is logged and
+/// skipped. Counts per removed backend.
+fn reap_everywhere(gone: &[SocketAddr]) -> BTreeMap<SocketAddr, usize> {
+    let mut counts = BTreeMap::new();
+    let own = match File::open("/proc/thread-self/ns/net") {
+        Ok(f) => f,
+        Err(e) => {
+            warn!(
+                "cannot open this thread's network namespace: {e}; stale UDP sockets are not destroyed"
+            );
+            return counts;
+        }
+    };
+    let mut failed = 0usize;
+    for path in namespaces() {
+        match reap_in(&path, gone) {
+            Ok(found) => {
+                for (addr, n) in found {
+                    *counts.entry(addr).or_insert(0) += n;
+                }
+            }
+            // The process exited since the listing: its namespace may be gone.
+            Err(ReapError::OpenNetns { source, .. })
+                if source.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => {
+                failed += 1;
+                debug!(netns = %path.display(), "cannot reap UDP sockets: {e}");
+            }
+        }
+    }
+    if failed > 0 {
+        warn!(
+            namespaces = failed,
+            "could not look for stale UDP sockets in some network namespaces (debug logs say why)"
+        );
+    }
+    // SAFETY: setns on a descriptor we own; moves only this thread.
+    if unsafe { libc::setns(own.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+        warn!(
+            "cannot return to the agent's network namespace: {}",
+            io::Error::last_os_error()
+        );
+    }
+    counts
+}
+
+/// Enters `netns` (this thread only) and reaps there.
+fn reap_in(netns: &Path, gone: &[SocketAddr]) -> Result<BTreeMap<SocketAddr, usize>, ReapError> {
+    let f = File::open(netns).map_err(|source| ReapError::OpenNetns {
+        path: netns.to_path_buf(),
+        source,
+    })?;
+    // SAFETY: setns on a descriptor we own; moves only this thread.
+    if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+        return Err(ReapError::Setns {
+            path: netns.to_path_buf(),
+            source: io::Error::last_os_error(),
+        });
+    }
+    reap_here(gone)
+}
+
+/// Reaps in the thread's current namespace.
+fn reap_here(gone: &[SocketAddr]) -> Result<BTreeMap<SocketAddr, usize>, ReapError> {
+    let mut counts = BTreeMap::new();
+    let has_v4 = gone.iter().any(SocketAddr::is_ipv4);
+    let mut diag = Diag::open()?;
+    let mut families = vec![libc::AF_INET6 as u8];
+    if has_v4 {
+        families.push(libc::AF_INET as u8);
+    }
+    for family in families {
+        let victims: Vec<(SocketAddr, DiagSocket)> = diag
+            .connected_udp(family)?
+            .into_iter()
+            .filter_map(|s| matches(gone, s.peer()).map(|g| (g, s)))
+            .collect();
+        for (addr, sock) in victims {
+            if diag.destroy(&sock)? {
+                *counts.entry(addr).or_insert(0) += 1;
+            }
+        }
+    }
+    Ok(counts)
+}
+
+/// The removed backend `peer` is, if any: an IPv6 socket reports an IPv4 peer
+/// as `::ffff:a.b.c.d`.
+fn matches(gone: &[SocketAddr], peer: SocketAddr) -> Option<SocketAddr> {
+    let canon = |a: SocketAddr| match a.ip() {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => SocketAddr::new(IpAddr::V4(v4), a.port()),
+            None => a,
+        },
+        IpAddr::V4(_) => a,
+    };
+    let peer = canon(peer);
+    gone.iter().copied().find(|g| canon(*g) == peer)
+}
+
+/// Paths of every network namespace visible here, one per namespace: the
+/// first process (or `ip netns` name) found for each `(dev, inode)`.
+fn namespaces() -> Vec<PathBuf> {
+    let mut seen = HashSet::new();
+    let mut out = Vec::new();
+    let procs = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .map(|e| e.path().join("ns/net"));
+    let named = std::fs::read_dir("/run/netns")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path());
+    for path in procs.chain(named) {
+        // metadata() follows the magic link to the nsfs inode.
+        if let Ok(m) = std::fs::metadata(&path)
+            && seen.insert((m.dev(), m.ino()))
+        {
+            out.push(path);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn v4_backend_matches_mapped_peer() {
+        let gone: Vec<SocketAddr> = vec![
+            "10.0.0.9:53".parse().unwrap(),
+            "[fd00::9]:53".parse().unwrap(),
+        ];
+        assert_eq!(
+            matches(&gone, "[::ffff:10.0.0.9]:53".parse().unwrap()),
+            Some(gone[0])
+        );
+        assert_eq!(
+            matches(&gone, "10.0.0.9:53".parse().unwrap()),
+            Some(gone[0])
+        );
+        assert_eq!(
+            matches(&gone, "[fd00::9]:53".parse().unwrap()),
+            Some(gone[1])
+        );
+        assert_eq!(matches(&gone, "10.0.0.9:54".parse().unwrap()), None);
+        assert_eq!(matches(&gone, "[fd00::10]:53".parse().unwrap()), None);
+    }
+
+    #[test]
+    fn own_namespace_is_listed_once() {
+        let all = namespaces();
+        let own = std::fs::metadata("/proc/self/ns/net").unwrap();
+        let hits = all
+            .iter()
+            .filter_map(|p| std::fs::metadata(p).ok())
+            .filter(|m| (m.dev(), m.ino()) == (own.dev(), own.ino()))
+            .count();
+        assert_eq!(hits, 1);
+    }
+
+    #[test]
+    fn inert_reaper_ignores_everything() {
+        SocketReaper::default().backends_removed(vec!["10.0.0.1:53".parse().unwrap()]);
+    }
 }

@@ -1,10 +1,24 @@
 //! Desired-state tables fed by the sources: Services and EndpointSlices as the
 //! sources last saw them, and the join that turns them into frontends.
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+//!
+//! The checks that need more than one object (a node port two Services ask
+//! for, an external IP that is one of this node's addresses, a node port
+//! outside the configured range) live here too: the converters in `k8s` see
+//! one object at a time and know nothing of the node.
+mod backends;
+mod frontends;
 
-use crate::model::{
-    Backend, BackendState, DesiredFrontend, EndpointSpec, Frontend, NodeInfo, ServiceId,
-    ServiceSpec, SliceId, SliceSpec, TrafficPolicy,
+use std::{
+    collections::{BTreeSet, HashMap},
+    net::IpAddr,
+    ops::RangeInclusive,
+};
+
+pub use frontends::{DesiredService, HealthCheck};
+
+use crate::{
+    k8s::{FieldError, ObjectError, Problem},
+    model::{DesiredFrontend, NodeInfo, Protocol, ServiceId, ServiceSpec, SliceId, SliceSpec},
 };
 
 /// A change from a source.
@@ -14,22 +28,82 @@ pub enum Change {
     DeleteService(ServiceId),
     UpsertSlice(SliceSpec),
     DeleteSlice(SliceId),
-    /// This node's labels changed (its zone decides which topology hints apply).
+    /// This node's name and labels changed (its zone decides which topology
+    /// hints apply). The addresses are not the source's to say and are kept.
     Node(NodeInfo),
+    /// This node's addresses changed (NodePort frontends live on them).
+    NodeAddresses(Vec<IpAddr>),
+}
+
+/// Agent settings the store validates against.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoreOptions {
+    /// `--nodeport-range`: node ports outside it are refused, as the API
+    /// server's `--service-node-port-range` would have.
+    pub node_port_range: RangeInclusive<u16>,
+}
+
+/// The API server's default `--service-node-port-range`.
+pub const DEFAULT_NODE_PORT_RANGE: RangeInclusive<u16> = 30_000..=32_767;
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        Self {
+            node_port_range: DEFAULT_NODE_PORT_RANGE,
+        }
+    }
+}
+
+/// A Service the store refuses to program: every problem found, each naming
+/// its field. The Service gets no frontend; other Services are unaffected.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("service {service}: {errors}")]
+pub struct Rejected {
+    pub service: ServiceId,
+    pub errors: ObjectError,
+}
+
+/// Who asks for a node port, ordered oldest first: the first claim owns it.
+/// Services without a creation time (manifests) sort after dated ones, then
+/// by namespace/name, so the owner never depends on the order events arrive in
+/// and stays the same across relists and restarts.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Claim {
+    undated: bool,
+    created: i64,
+    service: ServiceId,
+}
+
+impl Claim {
+    fn of(svc: &ServiceSpec) -> Self {
+        Self {
+            undated: svc.created.is_none(),
+            created: svc.created.unwrap_or(0),
+            service: svc.id.clone(),
+        }
+    }
 }
 
 #[derive(Debug, Default)]
 pub struct Store {
     node: NodeInfo,
+    options: StoreOptions,
     services: HashMap<ServiceId, ServiceSpec>,
     slices: HashMap<SliceId, SliceSpec>,
     slices_by_service: HashMap<ServiceId, BTreeSet<SliceId>>,
+    /// Every claim on each node port (port, protocol).
+    node_ports: HashMap<(u16, Protocol), BTreeSet<Claim>>,
 }
 
 impl Store {
     pub fn new(node: NodeInfo) -> Self {
+        Self::with_options(node, StoreOptions::default())
+    }
+
+    pub fn with_options(node: NodeInfo, options: StoreOptions) -> Self {
         Self {
             node,
+            options,
             ..Self::default()
         }
     }
@@ -40,11 +114,16 @@ impl Store {
             Change::UpsertService(spec) => {
                 if self.services.get(&spec.id) != Some(&spec) {
                     dirty.insert(spec.id.clone());
+                    if let Some(old) = self.services.remove(&spec.id) {
+                        self.unclaim(&old, dirty);
+                    }
+                    self.claim(&spec, dirty);
                     self.services.insert(spec.id.clone(), spec);
                 }
             }
             Change::DeleteService(id) => {
-                if self.services.remove(&id).is_some() {
+                if let Some(old) = self.services.remove(&id) {
+                    self.unclaim(&old, dirty);
                     dirty.insert(id);
                 }
             }
@@ -73,9 +152,52 @@ impl Store {
                 }
             }
             Change::Node(node) => {
-                if node != self.node {
-                    self.node = node;
+                if node.name != self.node.name || node.zone != self.node.zone {
+                    self.node.name = node.name;
+                    self.node.zone = node.zone;
                     dirty.extend(self.services.keys().cloned());
+                }
+            }
+            Change::NodeAddresses(addresses) => {
+                if addresses != self.node.addresses {
+                    self.node.addresses = addresses;
+                    dirty.extend(self.services.keys().cloned());
+                }
+            }
+        }
+    }
+
+    /// The node ports `svc` asks for and may own: only Services that get
+    /// frontends, and only ports inside the range (one outside is an error of
+    /// its own Service and must not take the port from a valid one).
+    fn node_port_keys(&self, svc: &ServiceSpec) -> Vec<(u16, Protocol)> {
+        if !svc.kind.has_node_ports() || svc.cluster_ips.is_empty() {
+            return Vec::new();
+        }
+        svc.ports
+            .iter()
+            .filter_map(|p| Some((p.node_port?, p.proto)))
+            .filter(|(n, _)| self.options.node_port_range.contains(n))
+            .collect()
+    }
+
+    /// Records `svc`'s node-port claims; every Service contending for the
+    /// same ports may win or lose one now.
+    fn claim(&mut self, svc: &ServiceSpec, dirty: &mut BTreeSet<ServiceId>) {
+        for key in self.node_port_keys(svc) {
+            let claims = self.node_ports.entry(key).or_default();
+            dirty.extend(claims.iter().map(|c| c.service.clone()));
+            claims.insert(Claim::of(svc));
+        }
+    }
+
+    fn unclaim(&mut self, svc: &ServiceSpec, dirty: &mut BTreeSet<ServiceId>) {
+        for key in self.node_port_keys(svc) {
+            if let Some(claims) = self.node_ports.get_mut(&key) {
+                claims.remove(&Claim::of(svc));
+                dirty.extend(claims.iter().map(|c| c.service.clone()));
+                if claims.is_empty() {
+                    self.node_ports.remove(&key);
                 }
             }
         }
@@ -98,11 +220,23 @@ impl Store {
         &self.node
     }
 
-    /// The frontends a Service should have; empty when it is absent or gets none.
-    pub fn frontends(&self, id: &ServiceId) -> Vec<DesiredFrontend> {
+    pub fn options(&self) -> &StoreOptions {
+        &self.options
+    }
+
+    /// What a Service should look like in the datapath; empty when it is
+    /// absent, an error when it is present but cannot be programmed.
+    pub fn desired(&self, id: &ServiceId) -> Result<DesiredService, Rejected> {
         let Some(svc) = self.services.get(id) else {
-            return Vec::new();
+            return Ok(DesiredService::default());
         };
+        let errors = self.validate(svc);
+        if !errors.is_empty() {
+            return Err(Rejected {
+                service: id.clone(),
+                errors: ObjectError { errors },
+            });
+        }
         let slices: Vec<&SliceSpec> = self
             .slices_by_service
             .get(id)
@@ -110,130 +244,72 @@ impl Store {
             .flatten()
             .filter_map(|s| self.slices.get(s))
             .collect();
-        let mut out = Vec::new();
-        for port in &svc.ports {
-            let backends = backends_for(&slices, svc, &port.name, port.proto, &self.node);
-            for &addr in &svc.cluster_ips {
-                out.push(DesiredFrontend {
-                    frontend: Frontend {
-                        addr,
-                        port: port.port,
-                        proto: port.proto,
+        Ok(frontends::desired(svc, &slices, &self.node))
+    }
+
+    /// The frontends a Service should have; empty when it is absent, gets
+    /// none, or is rejected.
+    pub fn frontends(&self, id: &ServiceId) -> Vec<DesiredFrontend> {
+        self.desired(id).map(|d| d.frontends).unwrap_or_default()
+    }
+
+    /// The checks that need the node or the other Services.
+    fn validate(&self, svc: &ServiceSpec) -> Vec<FieldError> {
+        let mut errors = Vec::new();
+        if svc.cluster_ips.is_empty() {
+            // No frontend of any kind: nothing to conflict with.
+            return errors;
+        }
+        let range = &self.options.node_port_range;
+        for (i, p) in svc.ports.iter().enumerate() {
+            let Some(port) = p.node_port.filter(|_| svc.kind.has_node_ports()) else {
+                continue;
+            };
+            let field = format!("spec.ports[{i}].nodePort");
+            if !range.contains(&port) {
+                errors.push(FieldError::new(
+                    field,
+                    Problem::NodePortOutOfRange {
+                        port,
+                        min: *range.start(),
+                        max: *range.end(),
                     },
-                    backends: backends.clone(),
-                });
+                ));
+                continue;
+            }
+            let owner = self
+                .node_ports
+                .get(&(port, p.proto))
+                .and_then(|c| c.first())
+                .map(|c| &c.service);
+            if let Some(owner) = owner
+                && *owner != svc.id
+            {
+                errors.push(FieldError::new(
+                    field,
+                    Problem::NodePortInUse {
+                        port,
+                        proto: p.proto,
+                        owner: owner.clone(),
+                    },
+                ));
             }
         }
-        out
+        for (i, ip) in svc.external_ips.iter().enumerate() {
+            // The node's own address would capture traffic meant for the node
+            // (kubelet, SSH) on that port; kube-proxy docs warn, we refuse.
+            if self.node.addresses.contains(ip) {
+                errors.push(FieldError::new(
+                    format!("spec.externalIPs[{i}]"),
+                    Problem::ExternalIpIsNodeAddress { ip: *ip },
+                ));
+            }
+        }
+        errors
     }
 }
 
-/// Backends of one Service port: the endpoints of every slice, matched by port
-/// name and protocol, narrowed by traffic policy and topology as kube-proxy
-/// narrows them, deduplicated by address and port (a pod seen in two slices
-/// during a slice rebalance keeps its best state), in a stable order.
-///
-/// Terminating endpoints stay in the list: the datapath uses them only when no
-/// active one is left, which is kube-proxy's "ready, else serving and
-/// terminating" fallback (KEP-1669) applied to the same narrowed set.
-fn backends_for(
-    slices: &[&SliceSpec],
-    svc: &ServiceSpec,
-    name: &str,
-    proto: crate::model::Protocol,
-    node: &NodeInfo,
-) -> Vec<Backend> {
-    let mut candidates: Vec<(u16, &EndpointSpec)> = Vec::new();
-    for slice in slices {
-        for sp in slice
-            .ports
-            .iter()
-            .filter(|p| p.name == name && p.proto == proto)
-        {
-            candidates.extend(slice.endpoints.iter().map(|ep| (sp.port, ep)));
-        }
-    }
-    let scope = match svc.internal_policy {
-        TrafficPolicy::Local => Scope::Local,
-        TrafficPolicy::Cluster => topology_scope(candidates.iter().map(|(_, ep)| *ep), node),
-    };
-    let mut best: BTreeMap<(std::net::Ipv4Addr, u16), BackendState> = BTreeMap::new();
-    for (port, ep) in candidates {
-        if !scope.admits(ep, node) {
-            continue;
-        }
-        let Some(state) = ep.backend_state() else {
-            continue;
-        };
-        for &addr in &ep.addrs {
-            best.entry((addr, port))
-                .and_modify(|s| *s = (*s).min(state))
-                .or_insert(state);
-        }
-    }
-    best.into_iter()
-        .map(|((addr, port), state)| Backend { addr, port, state })
-        .collect()
-}
-
-/// Which endpoints a frontend may use on this node.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Scope {
-    All,
-    /// `internalTrafficPolicy: Local`: endpoints on this node only, with no
-    /// fallback to other nodes (kube-proxy drops instead; we refuse).
-    Local,
-    /// Hints name this node (`trafficDistribution: PreferSameNode`).
-    SameNode,
-    /// Hints name this node's zone (topology-aware routing, `PreferClose`).
-    SameZone,
-}
-
-impl Scope {
-    fn admits(self, ep: &EndpointSpec, node: &NodeInfo) -> bool {
-        match self {
-            Self::All => true,
-            Self::Local => ep.node_name.as_deref() == Some(node.name.as_str()),
-            Self::SameNode => ep.node_hints.contains(&node.name),
-            Self::SameZone => node
-                .zone
-                .as_ref()
-                .is_some_and(|z| ep.zone_hints.iter().any(|h| h == z)),
-        }
-    }
-}
-
-/// kube-proxy's `topologyModeFromHints`: hints are used only when every ready
-/// endpoint carries them and at least one names this node (or its zone);
-/// otherwise traffic goes to every endpoint, so a half-rolled-out hint set or
-/// a zone with no endpoint never black-holes a Service.
-fn topology_scope<'a>(eps: impl Iterator<Item = &'a EndpointSpec>, node: &NodeInfo) -> Scope {
-    let (mut all_node_hints, mut for_node) = (true, false);
-    let (mut all_zone_hints, mut for_zone) = (true, false);
-    for ep in eps.filter(|ep| ep.ready) {
-        if ep.node_hints.is_empty() {
-            all_node_hints = false;
-        } else if ep.node_hints.contains(&node.name) {
-            for_node = true;
-        }
-        if ep.zone_hints.is_empty() {
-            all_zone_hints = false;
-        } else if node
-            .zone
-            .as_ref()
-            .is_some_and(|z| ep.zone_hints.iter().any(|h| h == z))
-        {
-            for_zone = true;
-        }
-    }
-    if all_node_hints && for_node {
-        Scope::SameNode
-    } else if all_zone_hints && for_zone {
-        Scope::SameZone
-    } else {
-        Scope::All
-    }
-}
-
+#[cfg(test)]
+mod external_tests;
 #[cfg(test)]
 mod tests;

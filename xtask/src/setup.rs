@@ -11,7 +11,8 @@ use anyhow::{Context as _, Result, bail};
 
 use crate::util::{cargo, exec, output};
 
-/// Debian packages: iproute2/util-linux for namespaces and nsenter, curl and dig
+/// Debian packages: iproute2/util-linux for namespaces and nsenter, ethtool and
+/// ping for the packet-datapath topology, curl and dig
 /// as real clients, dnsmasq as a real DNS backend, bpftool to look at maps and
 /// links from the outside, iptables (legacy and nft) and nftables to program
 /// kube-proxy's rulesets for the datapath bench; kubectl as a real client of the
@@ -42,6 +43,10 @@ const PACKAGES: &[&str] = &[
     "busybox-static",
     // protoc: k8s-cri generates the CRI v1 gRPC types at build time.
     "protobuf-compiler",
+    // The packet-datapath tests: `ethtool -K tx off` gives veth packets full
+    // checksums as from a NIC; ping checks the topology's routes.
+    "ethtool",
+    "iputils-ping",
 ];
 
 const BPF_LINKER_VERSION: &str = "0.13.0";

@@ -1,20 +1,19 @@
 use std::{
-    fs::File,
     io,
-    os::fd::AsFd,
     path::{Path, PathBuf},
 };
 
 use aya::{
     Ebpf, EbpfError, EbpfLoader,
-    maps::MapData,
-    programs::{CgroupAttachMode, CgroupSockAddr, ProgramError, links::FdLink},
+    maps::{Array, MapData},
+    programs::ProgramError,
 };
 use tracing::{info, warn};
 
 use super::{
-    links,
-    pins::{Hook, Pins},
+    netdev::{self, Acceleration},
+    pins::Pins,
+    sock,
 };
 use crate::maps::{MapError, pinned::PinnedMaps};
 
@@ -22,14 +21,59 @@ use crate::maps::{MapError, pinned::PinnedMaps};
 static PROGRAMS: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/weir-ebpf"));
 
 const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
-const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
+pub(super) const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
 
 #[derive(Clone, Debug)]
 pub struct LoadOptions {
     pub pins: Pins,
+    /// cgroup v2 directory of the socket hooks.
     pub cgroup: PathBuf,
+    /// Capacity of the services and rev-NAT maps.
     pub max_services: u32,
+    /// Capacity of the backends map.
     pub max_backends: u32,
+    /// Capacity of each conntrack map.
+    pub ct_max: u32,
+    /// Attach the cgroup socket hooks (`--socket-lb`); when false, hooks a
+    /// previous run pinned are detached.
+    pub socket_lb: bool,
+    /// Devices for `weir_tc_ingress` (and `weir_xdp`).
+    pub devices: Vec<String>,
+    pub acceleration: Acceleration,
+    /// Conntrack timeouts written to `WEIR_CONFIG`; its flags are derived
+    /// from the other options.
+    pub config: weir_abi::Config,
+}
+
+impl LoadOptions {
+    /// Options with the ABI's default capacities and timeouts, socket load
+    /// balancing on and no devices.
+    pub fn new(pins: Pins, cgroup: PathBuf) -> Self {
+        Self {
+            pins,
+            cgroup,
+            max_services: weir_abi::DEFAULT_MAX_SERVICES,
+            max_backends: weir_abi::DEFAULT_MAX_BACKENDS,
+            ct_max: weir_abi::DEFAULT_MAX_CT,
+            socket_lb: true,
+            devices: Vec::new(),
+            acceleration: Acceleration::Disabled,
+            config: weir_abi::DEFAULT_CONFIG,
+        }
+    }
+
+    /// The `WEIR_CONFIG` value these options ask for.
+    pub fn datapath_config(&self) -> weir_abi::Config {
+        let mut flags = self.config.flags & !weir_abi::CFG_F_SOCKET_LB;
+        if self.socket_lb {
+            flags |= weir_abi::CFG_F_SOCKET_LB;
+        }
+        weir_abi::Config {
+            flags,
+            _pad: 0,
+            ..self.config
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -59,6 +103,8 @@ pub enum LoadError {
         #[source]
         source: ProgramError,
     },
+    #[error("the eBPF object of this build has no program {name}")]
+    MissingProgram { name: &'static str },
     #[error(
         "{path} is not a cgroup v2 directory (on hybrid hosts cgroup2 is often at /sys/fs/cgroup/unified)"
     )]
@@ -76,6 +122,29 @@ pub enum LoadError {
         #[source]
         source: io::Error,
     },
+    #[error("device {device} (from --devices) does not exist")]
+    NoDevice { device: String },
+    #[error("attaching weir_tc_ingress to {device} failed")]
+    TcAttach {
+        device: String,
+        #[source]
+        source: ProgramError,
+    },
+    #[error("link {link} of device {device} failed")]
+    DevLink {
+        link: String,
+        device: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("the eBPF object of this build has no map {name}")]
+    MissingMap { name: &'static str },
+    #[error("writing {map} failed")]
+    Config {
+        map: &'static str,
+        #[source]
+        source: aya::maps::MapError,
+    },
     #[error(transparent)]
     Maps(#[from] MapError),
 }
@@ -91,45 +160,65 @@ impl Datapath {
         let pins = &opts.pins;
         prepare_dirs(pins)?;
         check_pins(pins, opts)?;
+        // Devices and the cgroup are checked before anything is loaded, so a
+        // typo in a flag changes nothing.
+        if opts.socket_lb {
+            sock::check_cgroup(&opts.cgroup)?;
+        }
+        for dev in &opts.devices {
+            if !crate::node_addrs::device_exists(dev) {
+                return Err(LoadError::NoDevice {
+                    device: dev.clone(),
+                });
+            }
+        }
 
         let mut ebpf = EbpfLoader::new()
             .default_map_pin_directory(pins.maps())
-            .map_max_entries(weir_abi::MAP_SERVICES4, opts.max_services)
-            .map_max_entries(weir_abi::MAP_REVNAT4, opts.max_services)
-            .map_max_entries(weir_abi::MAP_BACKENDS4, opts.max_backends)
+            .map_max_entries(weir_abi::MAP_SERVICES, opts.max_services)
+            .map_max_entries(weir_abi::MAP_REVNAT, opts.max_services)
+            .map_max_entries(weir_abi::MAP_BACKENDS, opts.max_backends)
+            .map_max_entries(weir_abi::MAP_CT_TCP, opts.ct_max)
+            .map_max_entries(weir_abi::MAP_CT_UDP, opts.ct_max)
+            .map_max_entries(weir_abi::MAP_AFFINITY, weir_abi::DEFAULT_MAX_AFFINITY)
+            .map_max_entries(weir_abi::MAP_SRC_RANGES, weir_abi::DEFAULT_MAX_SRC_RANGES)
+            .map_max_entries(weir_abi::MAP_REVSOCK, weir_abi::DEFAULT_MAX_REVSOCK)
             .load(PROGRAMS)
             .map_err(LoadError::Load)?;
 
-        if fs_magic(&opts.cgroup) != Some(CGROUP2_SUPER_MAGIC) {
-            return Err(LoadError::NotCgroup2 {
-                path: opts.cgroup.clone(),
-            });
+        // Timeouts first: the programs read them for the first flow.
+        write_config(&mut ebpf, opts.datapath_config())?;
+
+        if opts.socket_lb {
+            sock::attach(&mut ebpf, pins, &opts.cgroup)?;
+        } else {
+            sock::detach_pinned(pins)?;
         }
-        let cgroup = File::open(&opts.cgroup).map_err(|source| LoadError::Cgroup {
-            path: opts.cgroup.clone(),
-            source,
-        })?;
-        let cgroup_id = links::cgroup_id(&opts.cgroup).map_err(|source| LoadError::Cgroup {
-            path: opts.cgroup.clone(),
-            source,
-        })?;
-        for hook in Hook::ALL {
-            let name = hook.program();
-            let prog: &mut CgroupSockAddr = ebpf
-                .program_mut(name)
-                .ok_or(LoadError::Program {
-                    name,
-                    source: ProgramError::NotLoaded,
-                })?
-                .try_into()
-                .map_err(|source| LoadError::Program { name, source })?;
-            prog.load()
-                .map_err(|source| LoadError::Program { name, source })?;
-            install(pins, hook, prog, &cgroup, cgroup_id)?;
-        }
+        netdev::attach_tc(&mut ebpf, pins, &opts.devices)?;
+        netdev::attach_xdp(&mut ebpf, pins, &opts.devices, opts.acceleration)?;
+
         let maps = PinnedMaps::open(&pins.maps())?;
         Ok(Self { _ebpf: ebpf, maps })
     }
+}
+
+fn write_config(ebpf: &mut Ebpf, config: weir_abi::Config) -> Result<(), LoadError> {
+    let map = weir_abi::MAP_CONFIG;
+    let err = |source| LoadError::Config { map, source };
+    let m = ebpf
+        .map_mut(map)
+        .ok_or(LoadError::MissingMap { name: map })?;
+    let mut array: Array<_, weir_abi::Config> = Array::try_from(m).map_err(err)?;
+    array.set(0, config, 0).map_err(err)?;
+    info!(
+        tcp_syn = config.ct_tcp_syn,
+        tcp = config.ct_tcp_established,
+        tcp_fin = config.ct_tcp_closing,
+        udp = config.ct_udp,
+        socket_lb = config.flags & weir_abi::CFG_F_SOCKET_LB != 0,
+        "datapath configuration written"
+    );
+    Ok(())
 }
 
 /// Where bpffs lives by convention; the agent mounts it there if nobody has,
@@ -185,7 +274,7 @@ pub fn is_bpffs(path: &Path) -> bool {
 }
 
 /// The filesystem type of `path` (`statfs.f_type`).
-fn fs_magic(path: &Path) -> Option<i64> {
+pub(super) fn fs_magic(path: &Path) -> Option<i64> {
     let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).ok()?;
     // SAFETY: statfs fills the zeroed struct; the path is NUL-terminated.
     unsafe {
@@ -194,38 +283,75 @@ fn fs_magic(path: &Path) -> Option<i64> {
     }
 }
 
-/// Refuses pins whose layout differs from this build's ABI, and says when a
-/// pinned map keeps a size other than the flags ask for.
-fn check_pins(pins: &Pins, opts: &LoadOptions) -> Result<(), LoadError> {
+/// Key size, value size and requested capacity (where a flag sets it) of
+/// every map, as this build's ABI lays them out.
+fn expected_layouts(opts: &LoadOptions) -> [(&'static str, usize, usize, Option<u32>); 10] {
     use std::mem::size_of;
 
-    use weir_abi::{Backend4, RevNat4, RevSock4Key, RevSock4Value, Service4Key, Service4Value};
-    let expect = [
+    use weir_abi::{
+        AffinityKey, AffinityValue, Backend, Config, CtKey, CtValue, RevNat, RevSockKey,
+        RevSockValue, ServiceKey, ServiceValue, SrcRangeKey, StatValue,
+    };
+    [
         (
-            weir_abi::MAP_SERVICES4,
-            size_of::<Service4Key>(),
-            size_of::<Service4Value>(),
+            weir_abi::MAP_SERVICES,
+            size_of::<ServiceKey>(),
+            size_of::<ServiceValue>(),
             Some(opts.max_services),
         ),
         (
-            weir_abi::MAP_BACKENDS4,
+            weir_abi::MAP_BACKENDS,
             4,
-            size_of::<Backend4>(),
+            size_of::<Backend>(),
             Some(opts.max_backends),
         ),
         (
-            weir_abi::MAP_REVNAT4,
+            weir_abi::MAP_REVNAT,
             4,
-            size_of::<RevNat4>(),
+            size_of::<RevNat>(),
             Some(opts.max_services),
         ),
         (
-            weir_abi::MAP_REVSOCK4,
-            size_of::<RevSock4Key>(),
-            size_of::<RevSock4Value>(),
+            weir_abi::MAP_REVSOCK,
+            size_of::<RevSockKey>(),
+            size_of::<RevSockValue>(),
             None,
         ),
-    ];
+        (
+            weir_abi::MAP_CT_TCP,
+            size_of::<CtKey>(),
+            size_of::<CtValue>(),
+            Some(opts.ct_max),
+        ),
+        (
+            weir_abi::MAP_CT_UDP,
+            size_of::<CtKey>(),
+            size_of::<CtValue>(),
+            Some(opts.ct_max),
+        ),
+        (
+            weir_abi::MAP_AFFINITY,
+            size_of::<AffinityKey>(),
+            size_of::<AffinityValue>(),
+            None,
+        ),
+        // LPM trie keys start with the u32 prefix length.
+        (
+            weir_abi::MAP_SRC_RANGES,
+            4 + size_of::<SrcRangeKey>(),
+            1,
+            None,
+        ),
+        (weir_abi::MAP_CONFIG, 4, size_of::<Config>(), None),
+        // Per-CPU maps report the size of one CPU's value.
+        (weir_abi::MAP_STATS, 4, size_of::<StatValue>(), None),
+    ]
+}
+
+/// Refuses pins whose layout differs from this build's ABI, and says when a
+/// pinned map keeps a size other than the flags ask for.
+fn check_pins(pins: &Pins, opts: &LoadOptions) -> Result<(), LoadError> {
+    let expect = expected_layouts(opts);
     for (name, key, value, max) in expect {
         let path = pins.maps().join(name);
         let Ok(data) = MapData::from_pin(&path) else {
@@ -261,70 +387,37 @@ fn check_pins(pins: &Pins, opts: &LoadOptions) -> Result<(), LoadError> {
     Ok(())
 }
 
-/// Puts `prog` on `hook` of the cgroup. An existing pinned link on the same
-/// cgroup gets the new program atomically; otherwise a new link is attached and
-/// pinned before any old one is detached.
-fn install(
-    pins: &Pins,
-    hook: Hook,
-    prog: &mut CgroupSockAddr,
-    cgroup: &File,
-    cgroup_id: u64,
-) -> Result<(), LoadError> {
-    let path = pins.link(hook);
-    let link_err = |source: io::Error| LoadError::Link {
-        hook: hook.pin_name(),
-        path: path.clone(),
-        source,
-    };
-    let prog_fd = prog
-        .fd()
-        .map_err(|source| LoadError::Program {
-            name: hook.program(),
-            source,
-        })?
-        .as_fd()
-        .try_clone_to_owned()
-        .map_err(link_err)?;
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-    let old = match links::open_pinned(&path) {
-        Ok(fd) => Some(fd),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-        Err(e) => return Err(link_err(e)),
-    };
-    if let Some(old) = &old {
-        let info = links::cgroup_link_info(old.as_fd()).map_err(link_err)?;
-        if let Some(info) = info
-            && info.cgroup_id == cgroup_id
-            && info.attach_type == hook.attach_type() as u32
-        {
-            links::update_program(old.as_fd(), prog_fd.as_fd()).map_err(link_err)?;
-            info!(hook = hook.pin_name(), "took over pinned link");
-            return Ok(());
+    #[test]
+    fn every_abi_map_is_checked() {
+        let opts = LoadOptions::new(Pins::new("/x"), "/y".into());
+        let names: Vec<_> = expected_layouts(&opts).iter().map(|e| e.0).collect();
+        for m in [
+            weir_abi::MAP_SERVICES,
+            weir_abi::MAP_BACKENDS,
+            weir_abi::MAP_REVNAT,
+            weir_abi::MAP_REVSOCK,
+            weir_abi::MAP_CT_TCP,
+            weir_abi::MAP_CT_UDP,
+            weir_abi::MAP_AFFINITY,
+            weir_abi::MAP_SRC_RANGES,
+            weir_abi::MAP_CONFIG,
+            weir_abi::MAP_STATS,
+        ] {
+            assert!(names.contains(&m), "{m}");
         }
     }
 
-    let id = prog
-        .attach(cgroup, CgroupAttachMode::Single)
-        .map_err(|source| LoadError::Program {
-            name: hook.program(),
-            source,
-        })?;
-    let link = prog.take_link(id).map_err(|source| LoadError::Program {
-        name: hook.program(),
-        source,
-    })?;
-    let link = FdLink::try_from(link).map_err(|e| link_err(io::Error::other(e)))?;
-    let staging = pins.staging_link(hook);
-    let _ = std::fs::remove_file(&staging);
-    link.pin(&staging)
-        .map_err(|e| link_err(io::Error::other(e)))?;
-    if let Some(old) = old {
-        // The old link served another cgroup (or none): retire it only now
-        // that the new one is live.
-        let _ = links::detach(old.as_fd());
+    #[test]
+    fn config_flags_follow_socket_lb() {
+        let mut opts = LoadOptions::new(Pins::new("/x"), "/y".into());
+        opts.config.ct_udp = 5;
+        assert_eq!(opts.datapath_config().flags, weir_abi::CFG_F_SOCKET_LB);
+        assert_eq!(opts.datapath_config().ct_udp, 5);
+        opts.socket_lb = false;
+        assert_eq!(opts.datapath_config().flags, 0);
     }
-    std::fs::rename(&staging, &path).map_err(link_err)?;
-    info!(hook = hook.pin_name(), "attached and pinned link");
-    Ok(())
 }

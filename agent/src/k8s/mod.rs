@@ -1,11 +1,13 @@
 //! The edge between Kubernetes wire types (k8s-openapi) and the agent's domain
 //! types. Every source, the manifest directory today and the API server later,
 //! converts through here, so validation and defaults are the same everywhere.
+mod external;
 mod service;
 mod slice;
 
 use std::fmt;
 
+pub use external::{ANNOTATION_SOURCE_RANGES, DEFAULT_AFFINITY_TIMEOUT, MAX_AFFINITY_TIMEOUT};
 pub use service::service;
 pub use slice::{SliceOutcome, slice};
 
@@ -38,6 +40,11 @@ pub enum Problem {
     Missing,
     #[error("{value:?} is not a valid IP address")]
     InvalidIp { value: String },
+    #[error("{value:?} is not an {family} address")]
+    WrongFamily {
+        value: String,
+        family: crate::model::IpFamily,
+    },
     #[error("{value} is out of range 1-65535")]
     PortOutOfRange { value: i64 },
     #[error("unknown protocol {value:?} (expected TCP, UDP or SCTP)")]
@@ -54,11 +61,47 @@ pub enum Problem {
     #[error("no port number; the port is skipped")]
     NoPortNumber,
     #[error(
-        "empty, so the Service gets no ClusterIP frontend (nothing allocates one without an API server)"
+        "empty, so the Service gets no frontend of any kind (nothing allocates a cluster IP without an API server)"
     )]
     NoClusterIp,
     #[error("unknown traffic policy {value:?} (expected Cluster or Local)")]
     UnknownTrafficPolicy { value: String },
+    #[error(
+        "unknown Service type {value:?} (expected ClusterIP, NodePort, LoadBalancer or ExternalName)"
+    )]
+    UnknownServiceType { value: String },
+    #[error("unknown IP family {value:?} (expected IPv4 or IPv6)")]
+    UnknownIpFamily { value: String },
+    #[error("{family} given twice; a dual-stack Service has one address per family")]
+    DuplicateFamily { family: crate::model::IpFamily },
+    #[error("{count} entries; at most 2 (one per family)")]
+    TooManyFamilies { count: usize },
+    #[error("is {family} but the cluster IP at the same index is {ip}")]
+    FamilyMismatch {
+        family: crate::model::IpFamily,
+        ip: String,
+    },
+    #[error("duplicate node port {port}/{proto}")]
+    DuplicateNodePort {
+        port: u16,
+        proto: crate::model::Protocol,
+    },
+    #[error("unknown session affinity {value:?} (expected None or ClientIP)")]
+    UnknownSessionAffinity { value: String },
+    #[error("{value} is out of range 1-86400 seconds")]
+    AffinityTimeoutOutOfRange { value: i64 },
+    #[error("{value:?} is not a valid CIDR (address/prefix length)")]
+    InvalidCidr { value: String },
+    #[error("node port {port} is outside the node port range {min}-{max}")]
+    NodePortOutOfRange { port: u16, min: u16, max: u16 },
+    #[error("node port {port}/{proto} is already used by Service {owner}, which is older")]
+    NodePortInUse {
+        port: u16,
+        proto: crate::model::Protocol,
+        owner: crate::model::ServiceId,
+    },
+    #[error("{ip} is an address of this node; an external IP must not be one")]
+    ExternalIpIsNodeAddress { ip: std::net::IpAddr },
 }
 
 /// Why a whole object was rejected: every field problem found, at once.
@@ -125,5 +168,7 @@ fn protocol(
     })
 }
 
+#[cfg(test)]
+mod external_tests;
 #[cfg(test)]
 mod tests;

@@ -1,17 +1,17 @@
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use super::{Converted, FieldError, LABEL_SERVICE_NAME, ObjectError, Problem, port, protocol};
-use crate::model::{EndpointSpec, ServiceId, SliceId, SlicePortSpec, SliceSpec};
+use crate::model::{EndpointSpec, IpFamily, ServiceId, SliceId, SlicePortSpec, SliceSpec};
 
 /// What became of an EndpointSlice.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SliceOutcome {
-    /// An IPv4 slice the datapath uses.
-    Ipv4(Converted<SliceSpec>),
-    /// A valid slice the datapath has no use for (FQDN, or IPv6 until the IPv6
-    /// datapath exists). Any slice it replaces is withdrawn.
+    /// An IPv4 or IPv6 slice the datapath uses.
+    Ip(Converted<SliceSpec>),
+    /// A valid slice the datapath has no use for (FQDN). Any slice it replaces
+    /// is withdrawn.
     Ignored { reason: &'static str },
 }
 
@@ -39,22 +39,27 @@ pub fn slice(eps: &EndpointSlice) -> Result<SliceOutcome, ObjectError> {
             Problem::Missing,
         ));
     }
-    match eps.address_type.as_str() {
-        "IPv4" => {}
-        "IPv6" => return finish(errors, "IPv6 slices wait for the IPv6 datapath"),
+    // kube-proxy keeps one proxier per family and feeds each only the slices
+    // of its family; the store does the same by frontend family.
+    let family = match eps.address_type.as_str() {
+        "IPv4" => IpFamily::V4,
+        "IPv6" => IpFamily::V6,
         "FQDN" => {
             return finish(
                 errors,
                 "FQDN slices are not load balanced (as in kube-proxy)",
             );
         }
-        other => errors.push(FieldError::new(
-            "addressType",
-            Problem::UnknownAddressType {
-                value: other.to_owned(),
-            },
-        )),
-    }
+        other => {
+            errors.push(FieldError::new(
+                "addressType",
+                Problem::UnknownAddressType {
+                    value: other.to_owned(),
+                },
+            ));
+            IpFamily::V4
+        }
+    };
 
     let mut ports = Vec::new();
     for (i, p) in eps.ports.iter().flatten().enumerate() {
@@ -81,11 +86,21 @@ pub fn slice(eps: &EndpointSlice) -> Result<SliceOutcome, ObjectError> {
     for (i, ep) in eps.endpoints.iter().enumerate() {
         let mut addrs = Vec::new();
         for (j, a) in ep.addresses.iter().enumerate() {
-            match a.parse::<Ipv4Addr>() {
-                Ok(ip) => addrs.push(ip),
-                // One bad address costs that address, not the slice.
+            let field = || format!("endpoints[{i}].addresses[{j}]");
+            // One bad address costs that address, not the slice.
+            match a.parse::<IpAddr>().map(|ip| ip.to_canonical()) {
+                Ok(ip) if IpFamily::of(&ip) == family => addrs.push(ip),
+                // An address of the other family would give a frontend a
+                // backend it cannot reach; the API server forbids it anyway.
+                Ok(_) => warnings.push(FieldError::new(
+                    field(),
+                    Problem::WrongFamily {
+                        value: a.clone(),
+                        family,
+                    },
+                )),
                 Err(_) => warnings.push(FieldError::new(
-                    format!("endpoints[{i}].addresses[{j}]"),
+                    field(),
                     Problem::InvalidIp { value: a.clone() },
                 )),
             }
@@ -122,13 +137,14 @@ pub fn slice(eps: &EndpointSlice) -> Result<SliceOutcome, ObjectError> {
     if !errors.is_empty() {
         return Err(ObjectError { errors });
     }
-    Ok(SliceOutcome::Ipv4(Converted {
+    Ok(SliceOutcome::Ip(Converted {
         value: SliceSpec {
             id: SliceId {
                 namespace: namespace.clone(),
                 name,
             },
             service: ServiceId::new(namespace, service.cloned().unwrap_or_default()),
+            family,
             ports,
             endpoints,
         },

@@ -1,6 +1,6 @@
 //! Conversion tests: field paths in errors, Services without frontends, and the
 //! API's endpoint condition defaults.
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 
 use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
 use serde_json::{Value, json};
@@ -20,6 +20,10 @@ fn fields(e: &ObjectError) -> Vec<&str> {
     e.errors.iter().map(|e| e.field.as_str()).collect()
 }
 
+fn fields_of(errors: &[FieldError]) -> Vec<&str> {
+    errors.iter().map(|e| e.field.as_str()).collect()
+}
+
 fn good_service() -> Value {
     json!({
         "apiVersion": "v1", "kind": "Service",
@@ -36,7 +40,7 @@ fn service_converts_with_defaults() {
     let c = service(&svc(good_service())).unwrap();
     assert_eq!(c.warnings, []);
     assert_eq!(c.value.id, ServiceId::new("shop", "web"));
-    assert_eq!(c.value.cluster_ips, [Ipv4Addr::new(10, 96, 0, 10)]);
+    assert_eq!(c.value.cluster_ips, [IpAddr::from([10, 96, 0, 10])]);
     assert_eq!(
         c.value.ports,
         [
@@ -44,11 +48,13 @@ fn service_converts_with_defaults() {
                 name: "http".into(),
                 port: 80,
                 proto: Protocol::Tcp,
+                node_port: None,
             },
             ServicePortSpec {
                 name: "dns".into(),
                 port: 53,
                 proto: Protocol::Udp,
+                node_port: None,
             },
         ]
     );
@@ -127,11 +133,17 @@ fn cluster_ips_are_checked_by_index() {
         }
     );
 
-    // Dual stack: the IPv6 address is valid but has no datapath yet.
+    // Dual stack: both families get frontends, primary first.
     let mut v = good_service();
     v["spec"]["clusterIPs"] = json!(["10.96.0.10", "fd00::1"]);
     let c = service(&svc(v)).unwrap();
-    assert_eq!(c.value.cluster_ips, [Ipv4Addr::new(10, 96, 0, 10)]);
+    assert_eq!(
+        c.value.cluster_ips,
+        [
+            IpAddr::from([10, 96, 0, 10]),
+            "fd00::1".parse::<IpAddr>().unwrap()
+        ]
+    );
 
     // No cluster IP at all: a warning, not an error.
     let mut v = good_service();
@@ -194,7 +206,7 @@ fn good_slice() -> Value {
 
 fn ipv4(v: Value) -> Converted<crate::model::SliceSpec> {
     match slice(&eps(v)) {
-        Ok(SliceOutcome::Ipv4(c)) => c,
+        Ok(SliceOutcome::Ip(c)) => c,
         other => panic!("expected an IPv4 slice, got {other:?}"),
     }
 }
@@ -258,12 +270,12 @@ fn bad_addresses_are_warnings_that_cost_only_themselves() {
         {"addresses": ["10.0.0.3"]},
     ]);
     let c = ipv4(v);
-    let addrs: Vec<Vec<Ipv4Addr>> = c.value.endpoints.iter().map(|e| e.addrs.clone()).collect();
+    let addrs: Vec<Vec<IpAddr>> = c.value.endpoints.iter().map(|e| e.addrs.clone()).collect();
     assert_eq!(
         addrs,
         [
-            vec![Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2)],
-            vec![Ipv4Addr::new(10, 0, 0, 3)],
+            vec![IpAddr::from([10, 0, 0, 1]), IpAddr::from([10, 0, 0, 2])],
+            vec![IpAddr::from([10, 0, 0, 3])],
         ]
     );
     let warned: Vec<&str> = c.warnings.iter().map(|w| w.field.as_str()).collect();
@@ -280,23 +292,41 @@ fn bad_addresses_are_warnings_that_cost_only_themselves() {
 }
 
 #[test]
-fn fqdn_and_ipv6_slices_are_ignored_unless_broken() {
-    for kind in ["FQDN", "IPv6"] {
-        let mut v = good_slice();
-        v["addressType"] = json!(kind);
-        v["endpoints"] = json!([{"addresses": ["db.example.com"]}]);
-        assert!(
-            matches!(slice(&eps(v.clone())), Ok(SliceOutcome::Ignored { .. })),
-            "{kind}"
-        );
-        v["metadata"]["labels"] = json!({});
-        let e = slice(&eps(v)).unwrap_err();
-        assert_eq!(
-            fields(&e),
-            ["metadata.labels[kubernetes.io/service-name]"],
-            "{kind}"
-        );
-    }
+fn ipv6_slices_convert_and_drop_addresses_of_the_other_family() {
+    let mut v = good_slice();
+    v["addressType"] = json!("IPv6");
+    v["endpoints"] = json!([{"addresses": ["fd00::1", "10.0.0.1", "fd00::2"]}]);
+    let Ok(SliceOutcome::Ip(c)) = slice(&eps(v)) else {
+        panic!("IPv6 slice not converted");
+    };
+    assert_eq!(c.value.family, crate::model::IpFamily::V6);
+    let want: Vec<IpAddr> = ["fd00::1", "fd00::2"]
+        .iter()
+        .map(|a| a.parse().unwrap())
+        .collect();
+    assert_eq!(c.value.endpoints[0].addrs, want);
+    assert_eq!(fields_of(&c.warnings), ["endpoints[0].addresses[1]"]);
+    assert!(matches!(
+        c.warnings[0].problem,
+        Problem::WrongFamily {
+            family: crate::model::IpFamily::V6,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn fqdn_slices_are_ignored_unless_broken() {
+    let mut v = good_slice();
+    v["addressType"] = json!("FQDN");
+    v["endpoints"] = json!([{"addresses": ["db.example.com"]}]);
+    assert!(matches!(
+        slice(&eps(v.clone())),
+        Ok(SliceOutcome::Ignored { .. })
+    ));
+    v["metadata"]["labels"] = json!({});
+    let e = slice(&eps(v)).unwrap_err();
+    assert_eq!(fields(&e), ["metadata.labels[kubernetes.io/service-name]"]);
 }
 
 #[test]
@@ -345,7 +375,7 @@ fn endpoint_conditions_follow_the_api_defaults() {
         }
         let c = ipv4(v);
         let want = EndpointSpec {
-            addrs: vec![Ipv4Addr::new(10, 0, 0, 1)],
+            addrs: vec![IpAddr::from([10, 0, 0, 1])],
             ready,
             serving,
             terminating,
@@ -367,8 +397,12 @@ fn traffic_policies_convert_and_unknown_ones_name_the_field() {
     let mut v = good_service();
     v["spec"]["internalTrafficPolicy"] = json!("Local");
     v["spec"]["externalTrafficPolicy"] = json!("Local");
+    // Only Services with node ports honour externalTrafficPolicy.
     let c = service(&svc(v.clone())).unwrap();
     assert_eq!(c.value.internal_policy, TrafficPolicy::Local);
+    assert_eq!(c.value.external_policy, TrafficPolicy::Cluster);
+    v["spec"]["type"] = json!("NodePort");
+    let c = service(&svc(v.clone())).unwrap();
     assert_eq!(c.value.external_policy, TrafficPolicy::Local);
     v["spec"]["internalTrafficPolicy"] = json!("Nearby");
     let e = service(&svc(v)).unwrap_err();

@@ -1,7 +1,7 @@
 //! A stable text rendering of map contents, for golden tests and debugging.
-use std::{fmt::Write as _, net::Ipv4Addr};
+use std::{fmt::Write as _, net::SocketAddr};
 
-use weir_abi::BACKEND_STATE_TERMINATING;
+use weir_abi::{Addr, BACKEND_STATE_TERMINATING};
 
 use super::Snapshot;
 use crate::model::Protocol;
@@ -11,11 +11,19 @@ pub fn render(s: &Snapshot) -> String {
     for (k, v) in &s.services {
         let fe = frontend(k.addr, k.port, k.proto);
         if k.slot == 0 {
-            let _ = writeln!(
+            let _ = write!(
                 out,
                 "svc     {fe} slot=0 count={} qcount={} revnat={}",
                 v.count, v.qcount, v.rev_nat_id
             );
+            // Only when set, so dumps of ClusterIP frontends stay as they were.
+            if v.flags != 0 {
+                let _ = write!(out, " flags={}", flag_names(v.flags));
+            }
+            if v.affinity_timeout != 0 {
+                let _ = write!(out, " affinity={}s", v.affinity_timeout);
+            }
+            out.push('\n');
         } else {
             let _ = writeln!(
                 out,
@@ -36,22 +44,46 @@ pub fn render(s: &Snapshot) -> String {
             frontend(b.addr, b.port, b.proto)
         );
     }
+    for r in &s.src_ranges {
+        let range = r
+            .cidr()
+            .map_or_else(|| format!("?/{}", r.prefix_len), |c| c.to_string());
+        let _ = writeln!(out, "srcrng  revnat={} {range}", r.rev_nat_id());
+    }
     for (id, r) in &s.revnat {
         let _ = writeln!(
             out,
-            "revnat  {id} {}:{}",
-            Ipv4Addr::from(u32::from_be(r.addr)),
-            u16::from_be(r.port)
+            "revnat  {id} {}",
+            SocketAddr::new(super::ip_addr(r.addr), u16::from_be(r.port))
         );
     }
     out
 }
 
-fn frontend(addr: u32, port: u16, proto: u8) -> String {
+fn frontend(addr: Addr, port: u16, proto: u8) -> String {
     let proto = Protocol::from_ip_proto(proto).map_or_else(|| proto.to_string(), |p| p.to_string());
     format!(
-        "{}:{}/{proto}",
-        Ipv4Addr::from(u32::from_be(addr)),
-        u16::from_be(port)
+        "{}/{proto}",
+        SocketAddr::new(super::ip_addr(addr), u16::from_be(port))
     )
+}
+
+fn flag_names(flags: u16) -> String {
+    let names = [
+        (weir_abi::SVC_F_EXTERNAL, "external"),
+        (weir_abi::SVC_F_NODEPORT, "nodeport"),
+        (weir_abi::SVC_F_LOCAL, "local"),
+        (weir_abi::SVC_F_AFFINITY, "affinity"),
+        (weir_abi::SVC_F_SRC_RANGES, "src-ranges"),
+    ];
+    let mut out: Vec<String> = names
+        .iter()
+        .filter(|(bit, _)| flags & bit != 0)
+        .map(|(_, n)| (*n).to_owned())
+        .collect();
+    let known = names.iter().fold(0, |a, (bit, _)| a | bit);
+    if flags & !known != 0 {
+        out.push(format!("{:#x}", flags & !known));
+    }
+    out.join("|")
 }

@@ -2,7 +2,7 @@
 //! plus a model of the socket hook's backend choice, for tests without a kernel.
 use std::{collections::BTreeMap, io};
 
-use weir_abi::{Backend4, Service4Key};
+use weir_abi::{Backend, ServiceKey};
 
 use super::{Capacity, LbMaps, MapError, MapName, MapOp, Snapshot};
 
@@ -38,8 +38,8 @@ impl FakeMaps {
     /// What `connect()` to `key`'s frontend would reach with random number
     /// `roll`: `Ok(None)` when the frontend is unknown (no translation),
     /// `Err(Refused)` when the datapath refuses the connection.
-    pub fn connect(&self, key: Service4Key, roll: u32) -> Result<Option<Backend4>, Refused> {
-        let master_key = Service4Key { slot: 0, ..key };
+    pub fn connect(&self, key: ServiceKey, roll: u32) -> Result<Option<Backend>, Refused> {
+        let master_key = ServiceKey { slot: 0, ..key };
         let Some(master) = self.state.services.get(&master_key) else {
             return Ok(None);
         };
@@ -51,7 +51,7 @@ impl FakeMaps {
         if n == 0 {
             return Err(Refused);
         }
-        let slot_key = Service4Key {
+        let slot_key = ServiceKey {
             slot: (roll % u32::from(n) + 1) as u16,
             ..key
         };
@@ -63,6 +63,24 @@ impl FakeMaps {
             .copied()
             .map(Some)
             .ok_or(Refused)
+    }
+}
+
+impl FakeMaps {
+    /// Whether the datapath would admit a new flow from `client` to `key`'s
+    /// frontend as far as `loadBalancerSourceRanges` go: a master with
+    /// `SVC_F_SRC_RANGES` needs a range of its rev-NAT id holding the client
+    /// (what the LPM lookup of `(rev_nat_id, client)` finds).
+    pub fn admits(&self, key: ServiceKey, client: std::net::IpAddr) -> bool {
+        let Some(master) = self.state.services.get(&ServiceKey { slot: 0, ..key }) else {
+            return true;
+        };
+        if master.flags & weir_abi::SVC_F_SRC_RANGES == 0 {
+            return true;
+        }
+        self.state.src_ranges.iter().any(|r| {
+            r.rev_nat_id() == master.rev_nat_id && r.cidr().is_some_and(|c| c.contains(client))
+        })
     }
 }
 
@@ -92,6 +110,17 @@ impl LbMaps for FakeMaps {
             MapOp::DeleteService(k) => drop(self.state.services.remove(&k)),
             MapOp::DeleteBackend(k) => drop(self.state.backends.remove(&k)),
             MapOp::DeleteRevNat(k) => drop(self.state.revnat.remove(&k)),
+            MapOp::UpsertSrcRange(r) => {
+                let ranges = &mut self.state.src_ranges;
+                if !ranges.contains(&r) && ranges.len() >= cap as usize {
+                    return Err(MapError::Full {
+                        map: MapName::SrcRanges,
+                        capacity: cap,
+                    });
+                }
+                ranges.insert(r);
+            }
+            MapOp::DeleteSrcRange(r) => drop(self.state.src_ranges.remove(&r)),
         }
         self.log.push(*op);
         Ok(())

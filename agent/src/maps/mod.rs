@@ -5,19 +5,24 @@ pub mod dump;
 pub mod fake;
 pub mod pinned;
 
+use std::net::{IpAddr, Ipv6Addr};
 use std::{collections::BTreeMap, fmt, io};
 
-use weir_abi::{Backend4, RevNat4, Service4Key, Service4Value};
+use weir_abi::{Addr, Backend, RevNat, ServiceKey, ServiceValue, SrcRangeKey};
+
+use crate::model::Cidr;
 
 /// One write to one map.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MapOp {
-    UpsertBackend(u32, Backend4),
-    UpsertRevNat(u32, RevNat4),
-    UpsertService(Service4Key, Service4Value),
+    UpsertBackend(u32, Backend),
+    UpsertRevNat(u32, RevNat),
+    UpsertService(ServiceKey, ServiceValue),
     DeleteBackend(u32),
     DeleteRevNat(u32),
-    DeleteService(Service4Key),
+    DeleteService(ServiceKey),
+    UpsertSrcRange(SrcRange),
+    DeleteSrcRange(SrcRange),
 }
 
 impl MapOp {
@@ -26,6 +31,7 @@ impl MapOp {
             Self::UpsertBackend(..) | Self::DeleteBackend(_) => MapName::Backends,
             Self::UpsertRevNat(..) | Self::DeleteRevNat(_) => MapName::RevNat,
             Self::UpsertService(..) | Self::DeleteService(_) => MapName::Services,
+            Self::UpsertSrcRange(_) | Self::DeleteSrcRange(_) => MapName::SrcRanges,
         }
     }
 }
@@ -36,17 +42,24 @@ pub enum MapName {
     Services,
     Backends,
     RevNat,
+    SrcRanges,
 }
 
 impl MapName {
-    pub const ALL: [Self; 3] = [Self::Services, Self::Backends, Self::RevNat];
+    pub const ALL: [Self; 4] = [
+        Self::Services,
+        Self::Backends,
+        Self::RevNat,
+        Self::SrcRanges,
+    ];
 
     /// The pin name, which is also what users see in errors.
     pub const fn pin_name(self) -> &'static str {
         match self {
-            Self::Services => weir_abi::MAP_SERVICES4,
-            Self::Backends => weir_abi::MAP_BACKENDS4,
-            Self::RevNat => weir_abi::MAP_REVNAT4,
+            Self::Services => weir_abi::MAP_SERVICES,
+            Self::Backends => weir_abi::MAP_BACKENDS,
+            Self::RevNat => weir_abi::MAP_REVNAT,
+            Self::SrcRanges => weir_abi::MAP_SRC_RANGES,
         }
     }
 }
@@ -63,6 +76,7 @@ pub struct Capacity {
     pub services: u32,
     pub backends: u32,
     pub revnat: u32,
+    pub src_ranges: u32,
 }
 
 impl Capacity {
@@ -71,6 +85,7 @@ impl Capacity {
             MapName::Services => self.services,
             MapName::Backends => self.backends,
             MapName::RevNat => self.revnat,
+            MapName::SrcRanges => self.src_ranges,
         }
     }
 }
@@ -78,9 +93,55 @@ impl Capacity {
 /// Everything in the agent-written maps.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Snapshot {
-    pub services: BTreeMap<Service4Key, Service4Value>,
-    pub backends: BTreeMap<u32, Backend4>,
-    pub revnat: BTreeMap<u32, RevNat4>,
+    pub services: BTreeMap<ServiceKey, ServiceValue>,
+    pub backends: BTreeMap<u32, Backend>,
+    pub revnat: BTreeMap<u32, RevNat>,
+    pub src_ranges: std::collections::BTreeSet<SrcRange>,
+}
+
+/// One entry of the source-range trie: a prefix of `(rev_nat_id, address)`.
+/// The value is always 1; presence is what the datapath checks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SrcRange {
+    /// Bits of `key` that count, from its first byte: 32 for the rev-NAT id
+    /// plus the prefix within the 128-bit (IPv4-mapped) address.
+    pub prefix_len: u32,
+    pub key: SrcRangeKey,
+}
+
+impl SrcRange {
+    pub fn new(rev_nat_id: u32, cidr: Cidr) -> Self {
+        // An IPv4 prefix sits after the 96 bits of `::ffff:`.
+        let in_addr = match cidr.addr() {
+            IpAddr::V4(_) => 96 + u32::from(cidr.prefix()),
+            IpAddr::V6(_) => u32::from(cidr.prefix()),
+        };
+        Self {
+            prefix_len: 32 + in_addr,
+            key: SrcRangeKey {
+                // Network order: the trie matches bytes from the first.
+                rev_nat_id: rev_nat_id.to_be(),
+                addr: abi_addr(cidr.addr()),
+            },
+        }
+    }
+
+    pub const fn rev_nat_id(&self) -> u32 {
+        u32::from_be(self.key.rev_nat_id)
+    }
+
+    /// The range, or `None` for an entry no agent writes (a prefix that ends
+    /// inside the rev-NAT id or inside `::ffff:` of an IPv4 address).
+    pub fn cidr(&self) -> Option<Cidr> {
+        let addr = ip_addr(self.key.addr);
+        let bits = self.prefix_len.checked_sub(32)?;
+        let prefix = match addr {
+            IpAddr::V4(_) => bits.checked_sub(96)?,
+            IpAddr::V6(_) => bits,
+        };
+        let c = Cidr::new(addr, u8::try_from(prefix).ok()?)?;
+        (Self::new(self.rev_nat_id(), c) == *self).then_some(c)
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -107,4 +168,66 @@ pub trait LbMaps {
     fn apply(&mut self, op: &MapOp) -> Result<(), MapError>;
     fn snapshot(&self) -> Result<Snapshot, MapError>;
     fn capacity(&self) -> Capacity;
+}
+
+/// An address as the maps hold it: the 16 bytes of `in6_addr` in memory order,
+/// IPv4 as `::ffff:a.b.c.d` (see [`weir_abi::Addr`]).
+pub fn abi_addr(addr: IpAddr) -> Addr {
+    let v6 = match addr {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+        IpAddr::V6(v6) => v6,
+    };
+    let o = v6.octets();
+    let word = |i: usize| u32::from_ne_bytes([o[i], o[i + 1], o[i + 2], o[i + 3]]);
+    Addr([word(0), word(4), word(8), word(12)])
+}
+
+/// The inverse of [`abi_addr`]: mapped addresses come back as IPv4.
+pub fn ip_addr(addr: Addr) -> IpAddr {
+    let mut o = [0u8; 16];
+    for (i, w) in addr.0.iter().enumerate() {
+        o[i * 4..i * 4 + 4].copy_from_slice(&w.to_ne_bytes());
+    }
+    Ipv6Addr::from(o).to_canonical()
+}
+
+#[cfg(test)]
+mod addr_tests {
+    use std::net::Ipv4Addr;
+
+    use super::*;
+
+    #[test]
+    fn v4_is_mapped_and_round_trips() {
+        let v4 = IpAddr::V4(Ipv4Addr::new(10, 96, 0, 1));
+        let a = abi_addr(v4);
+        assert!(a.is_v4());
+        assert_eq!(a.v4(), u32::from_ne_bytes([10, 96, 0, 1]));
+        assert_eq!(ip_addr(a), v4);
+        let v6: IpAddr = "fd00::1".parse().unwrap();
+        assert!(!abi_addr(v6).is_v4());
+        assert_eq!(ip_addr(abi_addr(v6)), v6);
+    }
+
+    #[test]
+    fn src_range_prefix_counts_the_id_and_the_v4_mapping() {
+        let v4 = Cidr::parse("10.0.0.0/8").unwrap();
+        let r = SrcRange::new(7, v4);
+        assert_eq!(r.prefix_len, 32 + 96 + 8);
+        assert_eq!(r.key.rev_nat_id.to_ne_bytes(), [0, 0, 0, 7]);
+        assert_eq!((r.rev_nat_id(), r.cidr()), (7, Some(v4)));
+        let v6 = Cidr::parse("2001:db8::/32").unwrap();
+        let r = SrcRange::new(7, v6);
+        assert_eq!(r.prefix_len, 64);
+        assert_eq!(r.cidr(), Some(v6));
+        // A prefix that stops inside `::ffff:` is nothing the agent wrote.
+        assert_eq!(
+            SrcRange {
+                prefix_len: 40,
+                ..r
+            }
+            .cidr(),
+            None
+        );
+    }
 }

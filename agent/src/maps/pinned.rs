@@ -1,15 +1,16 @@
 //! The kernel's maps, opened from their pins.
 use std::{io, path::Path};
 
-use aya::maps::{HashMap, Map, MapData, MapError as AyaMapError};
-use weir_abi::{Backend4, RevNat4, Service4Key, Service4Value};
+use aya::maps::{HashMap, LpmTrie, Map, MapData, MapError as AyaMapError, lpm_trie::Key as LpmKey};
+use weir_abi::{Backend, RevNat, ServiceKey, ServiceValue, SrcRangeKey};
 
-use super::{Capacity, LbMaps, MapError, MapName, MapOp, Snapshot};
+use super::{Capacity, LbMaps, MapError, MapName, MapOp, Snapshot, SrcRange};
 
 pub struct PinnedMaps {
-    services: HashMap<MapData, Service4Key, Service4Value>,
-    backends: HashMap<MapData, u32, Backend4>,
-    revnat: HashMap<MapData, u32, RevNat4>,
+    services: HashMap<MapData, ServiceKey, ServiceValue>,
+    backends: HashMap<MapData, u32, Backend>,
+    revnat: HashMap<MapData, u32, RevNat>,
+    src_ranges: LpmTrie<MapData, SrcRangeKey, u8>,
     capacity: Capacity,
 }
 
@@ -19,14 +20,21 @@ impl PinnedMaps {
         let (services, s) = open(dir, MapName::Services)?;
         let (backends, b) = open(dir, MapName::Backends)?;
         let (revnat, r) = open(dir, MapName::RevNat)?;
+        let (src_data, sr) = open_data(dir, MapName::SrcRanges)?;
+        let src_ranges = LpmTrie::try_from(Map::LpmTrie(src_data)).map_err(|e| MapError::Read {
+            map: MapName::SrcRanges,
+            source: to_io(e),
+        })?;
         Ok(Self {
             services,
             backends,
             revnat,
+            src_ranges,
             capacity: Capacity {
                 services: s,
                 backends: b,
                 revnat: r,
+                src_ranges: sr,
             },
         })
     }
@@ -40,10 +48,19 @@ fn open<K: aya::Pod, V: aya::Pod>(
         map: name,
         source: to_io(source),
     };
-    let data = MapData::from_pin(dir.join(name.pin_name())).map_err(read)?;
-    let capacity = data.info().map_err(read)?.max_entries();
+    let (data, capacity) = open_data(dir, name)?;
     let map = Map::from_map_data(data).map_err(read)?;
     Ok((HashMap::try_from(map).map_err(read)?, capacity))
+}
+
+fn open_data(dir: &Path, name: MapName) -> Result<(MapData, u32), MapError> {
+    let read = |source: AyaMapError| MapError::Read {
+        map: name,
+        source: to_io(source),
+    };
+    let data = MapData::from_pin(dir.join(name.pin_name())).map_err(read)?;
+    let capacity = data.info().map_err(read)?.max_entries();
+    Ok((data, capacity))
 }
 
 impl LbMaps for PinnedMaps {
@@ -55,12 +72,15 @@ impl LbMaps for PinnedMaps {
             MapOp::DeleteService(k) => absent_ok(self.services.remove(k)),
             MapOp::DeleteBackend(k) => absent_ok(self.backends.remove(k)),
             MapOp::DeleteRevNat(k) => absent_ok(self.revnat.remove(k)),
+            MapOp::UpsertSrcRange(r) => self.src_ranges.insert(&lpm_key(r), 1u8, 0),
+            MapOp::DeleteSrcRange(r) => absent_ok(self.src_ranges.remove(&lpm_key(r))),
         };
         res.map_err(|e| {
             let map = op.map();
             let source = to_io(e);
-            // A full hash map refuses new keys with E2BIG.
-            if source.raw_os_error() == Some(libc::E2BIG) {
+            // A full hash map refuses new keys with E2BIG, a full LPM trie
+            // with ENOSPC.
+            if matches!(source.raw_os_error(), Some(libc::E2BIG | libc::ENOSPC)) {
                 MapError::Full {
                     map,
                     capacity: self.capacity.of(map),
@@ -76,6 +96,20 @@ impl LbMaps for PinnedMaps {
             services: collect(&self.services, MapName::Services)?,
             backends: collect(&self.backends, MapName::Backends)?,
             revnat: collect(&self.revnat, MapName::RevNat)?,
+            src_ranges: self
+                .src_ranges
+                .iter()
+                .map(|r| {
+                    r.map(|(k, _)| SrcRange {
+                        prefix_len: k.prefix_len(),
+                        key: k.data(),
+                    })
+                    .map_err(|e| MapError::Read {
+                        map: MapName::SrcRanges,
+                        source: to_io(e),
+                    })
+                })
+                .collect::<Result<_, _>>()?,
         })
     }
 
@@ -96,6 +130,10 @@ fn collect<K: aya::Pod + Ord, V: aya::Pod>(
             })
         })
         .collect()
+}
+
+const fn lpm_key(r: &SrcRange) -> LpmKey<SrcRangeKey> {
+    LpmKey::new(r.prefix_len, r.key)
 }
 
 fn absent_ok(r: Result<(), AyaMapError>) -> Result<(), AyaMapError> {

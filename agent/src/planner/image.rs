@@ -1,22 +1,28 @@
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use weir_abi::{
-    BACKEND_STATE_ACTIVE, BACKEND_STATE_TERMINATING, Backend4, RevNat4, SCOPE_ALL, Service4Key,
-    Service4Value,
+    Addr, BACKEND_STATE_ACTIVE, BACKEND_STATE_TERMINATING, Backend, RevNat, SCOPE_ALL,
+    SVC_F_AFFINITY, SVC_F_EXTERNAL, SVC_F_LOCAL, SVC_F_NODEPORT, SVC_F_SRC_RANGES, ServiceKey,
+    ServiceValue,
 };
 
 use super::{Allocated, Ids};
-use crate::model::{BackendState, DesiredFrontend, Frontend};
+use crate::{
+    maps::SrcRange,
+    model::{BackendState, DesiredFrontend, Frontend, FrontendKind, IpFamily},
+};
 
 /// Every map entry one frontend owns.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FrontendImage {
     /// 0 only in the empty image.
     pub rev_nat_id: u32,
-    pub revnat: RevNat4,
+    pub revnat: RevNat,
     /// Services-map values by slot; slot 0 is the master.
-    pub services: BTreeMap<u16, Service4Value>,
-    pub backends: BTreeMap<u32, Backend4>,
+    pub services: BTreeMap<u16, ServiceValue>,
+    pub backends: BTreeMap<u32, Backend>,
+    /// Source-range trie entries, all keyed by `rev_nat_id`.
+    pub src_ranges: BTreeSet<SrcRange>,
 }
 
 impl FrontendImage {
@@ -37,7 +43,7 @@ impl FrontendImage {
                 id
             }
         };
-        let existing: HashMap<(u32, u16), u32> = old
+        let existing: HashMap<(Addr, u16), u32> = old
             .map(|o| {
                 o.backends
                     .iter()
@@ -48,12 +54,19 @@ impl FrontendImage {
 
         // Active backends take slots 1..=count, terminating ones follow; the
         // sort inside each group keeps plans deterministic.
-        let mut ordered: Vec<_> = desired.backends.iter().collect();
+        // Never a backend of the other family: the datapath would refuse it,
+        // and a v4 client cannot reach a v6 pod through a v4 VIP anyway.
+        let family = IpFamily::of(&fe.addr);
+        let mut ordered: Vec<_> = desired
+            .backends
+            .iter()
+            .filter(|b| IpFamily::of(&b.addr) == family)
+            .collect();
         ordered.sort_by_key(|b| (b.state, b.addr, b.port));
         let proto = fe.proto.ip_proto();
         let mut image = Self {
             rev_nat_id,
-            revnat: RevNat4 {
+            revnat: RevNat {
                 addr: be_addr(fe.addr),
                 port: fe.port.to_be(),
                 _pad: [0; 2],
@@ -62,7 +75,7 @@ impl FrontendImage {
         };
         let (mut count, mut qcount) = (0u16, 0u16);
         for (i, b) in ordered.iter().enumerate() {
-            let value = Backend4 {
+            let value = Backend {
                 addr: be_addr(b.addr),
                 port: b.port.to_be(),
                 proto,
@@ -84,10 +97,10 @@ impl FrontendImage {
             let slot = u16::try_from(i + 1).unwrap_or(u16::MAX);
             image.services.insert(
                 slot,
-                Service4Value {
+                ServiceValue {
                     backend_id: id,
                     rev_nat_id,
-                    ..Service4Value::default()
+                    ..ServiceValue::default()
                 },
             );
             match b.state {
@@ -95,21 +108,44 @@ impl FrontendImage {
                 BackendState::Terminating => qcount += 1,
             }
         }
+        image.src_ranges = desired
+            .source_ranges
+            .iter()
+            .filter(|c| c.family() == family)
+            .map(|&c| SrcRange::new(rev_nat_id, c))
+            .collect();
+        let mut flags = match desired.kind {
+            FrontendKind::ClusterIp => 0,
+            FrontendKind::NodePort => SVC_F_EXTERNAL | SVC_F_NODEPORT,
+            FrontendKind::ExternalIp | FrontendKind::LoadBalancer => SVC_F_EXTERNAL,
+        };
+        if desired.local && desired.kind.is_external() {
+            flags |= SVC_F_LOCAL;
+        }
+        let affinity_timeout = desired.affinity.unwrap_or(0);
+        if affinity_timeout != 0 {
+            flags |= SVC_F_AFFINITY;
+        }
+        if !image.src_ranges.is_empty() {
+            flags |= SVC_F_SRC_RANGES;
+        }
         image.services.insert(
             0,
-            Service4Value {
+            ServiceValue {
                 count,
                 qcount,
                 rev_nat_id,
-                ..Service4Value::default()
+                flags,
+                affinity_timeout,
+                ..ServiceValue::default()
             },
         );
         image
     }
 }
 
-pub fn service_key(fe: Frontend, slot: u16) -> Service4Key {
-    Service4Key {
+pub fn service_key(fe: Frontend, slot: u16) -> ServiceKey {
+    ServiceKey {
         addr: be_addr(fe.addr),
         port: fe.port.to_be(),
         slot,
@@ -119,7 +155,7 @@ pub fn service_key(fe: Frontend, slot: u16) -> Service4Key {
     }
 }
 
-/// An address as the maps hold it: the bytes of `sin_addr`.
-pub fn be_addr(addr: std::net::Ipv4Addr) -> u32 {
-    u32::from(addr).to_be()
+/// An address as the maps hold it (IPv4 mapped into IPv6).
+pub fn be_addr(addr: std::net::IpAddr) -> Addr {
+    crate::maps::abi_addr(addr)
 }

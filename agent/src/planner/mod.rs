@@ -3,11 +3,13 @@
 //! order. No I/O: everything here is testable without a kernel.
 //!
 //! Order, per frontend:
-//! 1. upsert new or changed backends and the rev-NAT entry;
+//! 1. upsert new or changed backends, the rev-NAT entry and new source ranges
+//!    (a master that turns `SVC_F_SRC_RANGES` on must find its ranges);
 //! 2. upsert slots `1..`;
 //! 3. upsert the master (slot 0), which switches readers to the new slots;
 //! 4. prune: a deleted frontend's master first, then slots beyond the new counts,
-//!    then backends and rev-NAT entries nothing points at any more.
+//!    then backends, source ranges and rev-NAT entries nothing points at any
+//!    more (the master no longer asks for a range before it goes).
 //!
 //! A reader that loaded the old master can still find every slot and backend it
 //! names until step 4, and the datapath re-reads the master when a slot vanished
@@ -83,6 +85,9 @@ pub fn diff(
     if new.is_some() && (old.rev_nat_id != new_img.rev_nat_id || old.revnat != new_img.revnat) {
         ops.push(MapOp::UpsertRevNat(new_img.rev_nat_id, new_img.revnat));
     }
+    for r in new_img.src_ranges.difference(&old.src_ranges) {
+        ops.push(MapOp::UpsertSrcRange(*r));
+    }
     for (&slot, v) in new_img.services.range(1..) {
         if old.services.get(&slot) != Some(v) {
             ops.push(MapOp::UpsertService(service_key(frontend, slot), *v));
@@ -106,6 +111,9 @@ pub fn diff(
         if !new_img.backends.contains_key(&id) {
             ops.push(MapOp::DeleteBackend(id));
         }
+    }
+    for r in old.src_ranges.difference(&new_img.src_ranges) {
+        ops.push(MapOp::DeleteSrcRange(*r));
     }
     let old_has_revnat = old.rev_nat_id != 0;
     if old_has_revnat && (new.is_none() || old.rev_nat_id != new_img.rev_nat_id) {
@@ -135,10 +143,12 @@ pub fn growth(
             .filter(|b| !old.backends.contains_key(b))
             .count();
         let revnat = usize::from(new.rev_nat_id != old.rev_nat_id);
+        let src_ranges = new.src_ranges.difference(&old.src_ranges).count();
         for (map, n) in [
             (MapName::Services, services),
             (MapName::Backends, backends),
             (MapName::RevNat, revnat),
+            (MapName::SrcRanges, src_ranges),
         ] {
             if n > 0 {
                 g.insert(map, u32::try_from(n).unwrap_or(u32::MAX));

@@ -1,9 +1,6 @@
 //! Rebuilding the planner's view from pinned maps after a restart, so the first
 //! sync rewrites only what changed while the agent was away.
-use std::{
-    collections::{BTreeMap, BTreeSet},
-    net::Ipv4Addr,
-};
+use std::collections::{BTreeMap, BTreeSet};
 
 use weir_abi::SCOPE_ALL;
 
@@ -36,7 +33,7 @@ pub fn restore(s: &Snapshot) -> Restored {
             continue;
         }
         let fe = Frontend {
-            addr: Ipv4Addr::from(u32::from_be(k.addr)),
+            addr: crate::maps::ip_addr(k.addr),
             port: u16::from_be(k.port),
             proto,
         };
@@ -53,7 +50,7 @@ pub fn restore(s: &Snapshot) -> Restored {
         let used = u32::from(master.count) + u32::from(master.qcount);
         for slot in 1..=used {
             let slot = u16::try_from(slot).unwrap_or(u16::MAX);
-            let sk = weir_abi::Service4Key { slot, ..*k };
+            let sk = weir_abi::ServiceKey { slot, ..*k };
             let Some(v) = s.services.get(&sk) else {
                 continue;
             };
@@ -66,6 +63,19 @@ pub fn restore(s: &Snapshot) -> Restored {
             }
         }
         out.images.insert(fe, image);
+    }
+
+    // Ranges belong to the frontend whose rev-NAT id they carry.
+    let mut by_revnat: BTreeMap<u32, &mut FrontendImage> = out
+        .images
+        .values_mut()
+        .map(|img| (img.rev_nat_id, img))
+        .collect();
+    for r in &s.src_ranges {
+        match by_revnat.get_mut(&r.rev_nat_id()) {
+            Some(img) if r.rev_nat_id() != 0 => drop(img.src_ranges.insert(*r)),
+            _ => out.orphans.push(MapOp::DeleteSrcRange(*r)),
+        }
     }
 
     for k in s.services.keys().filter(|k| !claimed_slots.contains(*k)) {

@@ -4,11 +4,11 @@
 use std::{
     collections::{BTreeMap, BTreeSet},
     fmt::Write as _,
-    net::Ipv4Addr,
+    net::IpAddr,
     path::PathBuf,
 };
 
-use weir_abi::{RevNat4, Service4Key, Service4Value};
+use weir_abi::{RevNat, ServiceKey, ServiceValue};
 
 use super::*;
 use crate::{
@@ -20,11 +20,12 @@ const ROOMY: Capacity = Capacity {
     services: 4096,
     backends: 4096,
     revnat: 4096,
+    src_ranges: 4096,
 };
 
 fn vip(last: u8, port: u16, proto: Protocol) -> Frontend {
     Frontend {
-        addr: Ipv4Addr::new(10, 96, 0, last),
+        addr: IpAddr::from([10, 96, 0, last]),
         port,
         proto,
     }
@@ -36,7 +37,7 @@ fn web() -> Frontend {
 
 fn be(last: u8, state: BackendState) -> Backend {
     Backend {
-        addr: Ipv4Addr::new(10, 0, 0, last),
+        addr: IpAddr::from([10, 0, 0, last]),
         port: 8080,
         state,
     }
@@ -70,10 +71,7 @@ impl World {
     }
 
     fn plan(&mut self, fe: Frontend, backends: Option<&[Backend]>) -> Plan {
-        let d = backends.map(|b| DesiredFrontend {
-            frontend: fe,
-            backends: b.to_vec(),
-        });
+        let d = backends.map(|b| DesiredFrontend::plain(fe, b.to_vec()));
         plan(fe, self.images.get(&fe), d.as_ref(), &mut self.ids)
     }
 
@@ -104,6 +102,20 @@ impl World {
         p
     }
 
+    /// Plans and applies a frontend with options (flags, ranges).
+    fn set_desired(&mut self, d: &DesiredFrontend) -> Plan {
+        let fe = d.frontend;
+        let p = plan(fe, self.images.get(&fe), Some(d), &mut self.ids);
+        assert_phases(&p.ops);
+        for op in &p.ops {
+            self.maps
+                .apply(op)
+                .expect("roomy fake maps accept every op");
+        }
+        self.settle(&p);
+        p
+    }
+
     fn set(&mut self, fe: Frontend, backends: &[Backend]) -> Plan {
         self.run(fe, Some(backends))
     }
@@ -112,7 +124,7 @@ impl World {
         self.run(fe, None)
     }
 
-    fn master(&self, fe: Frontend) -> Service4Value {
+    fn master(&self, fe: Frontend) -> ServiceValue {
         self.maps.state.services[&service_key(fe, 0)]
     }
 }
@@ -122,12 +134,14 @@ fn phase(op: &MapOp) -> u8 {
     match op {
         MapOp::UpsertBackend(..) => 0,
         MapOp::UpsertRevNat(..) => 1,
-        MapOp::UpsertService(k, _) if k.slot != 0 => 2,
-        MapOp::UpsertService(..) => 3,
-        MapOp::DeleteService(k) if k.slot == 0 => 4,
-        MapOp::DeleteService(_) => 5,
-        MapOp::DeleteBackend(_) => 6,
-        MapOp::DeleteRevNat(_) => 7,
+        MapOp::UpsertSrcRange(_) => 2,
+        MapOp::UpsertService(k, _) if k.slot != 0 => 3,
+        MapOp::UpsertService(..) => 4,
+        MapOp::DeleteService(k) if k.slot == 0 => 5,
+        MapOp::DeleteService(_) => 6,
+        MapOp::DeleteBackend(_) => 7,
+        MapOp::DeleteSrcRange(_) => 8,
+        MapOp::DeleteRevNat(_) => 9,
     }
 }
 
@@ -155,13 +169,19 @@ fn short(ops: &[MapOp]) -> Vec<String> {
             MapOp::DeleteService(k) => format!("S-{}", k.slot),
             MapOp::DeleteBackend(id) => format!("B-{id}"),
             MapOp::DeleteRevNat(id) => format!("R-{id}"),
+            MapOp::UpsertSrcRange(r) => format!("L+{}", cidr_of(r)),
+            MapOp::DeleteSrcRange(r) => format!("L-{}", cidr_of(r)),
         })
         .collect()
 }
 
-fn frontend_of(k: &Service4Key) -> Frontend {
+fn cidr_of(r: &crate::maps::SrcRange) -> String {
+    r.cidr().map_or_else(|| "?".to_owned(), |c| c.to_string())
+}
+
+fn frontend_of(k: &ServiceKey) -> Frontend {
     Frontend {
-        addr: Ipv4Addr::from(u32::from_be(k.addr)),
+        addr: crate::maps::ip_addr(k.addr),
         port: u16::from_be(k.port),
         proto: Protocol::from_ip_proto(k.proto).expect("known protocol"),
     }
@@ -179,6 +199,10 @@ fn render_op(op: &MapOp) -> String {
         }
         MapOp::DeleteBackend(id) => return format!("delete backend {id}"),
         MapOp::DeleteRevNat(id) => return format!("delete revnat  {id}"),
+        MapOp::UpsertSrcRange(r) => drop(one.src_ranges.insert(r)),
+        MapOp::DeleteSrcRange(r) => {
+            return format!("delete srcrng  revnat={} {}", r.rev_nat_id(), cidr_of(&r));
+        }
     }
     format!("upsert {}", dump::render(&one).trim_end())
 }
@@ -286,10 +310,7 @@ fn golden_remove_backend_frees_its_id_for_the_next_plan() {
     t.record("add 10.0.0.9: reuses backend id 2", &p, &w.maps);
     assert_eq!(short(&p.ops), ["B+2", "S+3", "M+"]);
     let b = w.maps.state.backends[&2];
-    assert_eq!(
-        Ipv4Addr::from(u32::from_be(b.addr)),
-        Ipv4Addr::new(10, 0, 0, 9)
-    );
+    assert_eq!(crate::maps::ip_addr(b.addr), IpAddr::from([10, 0, 0, 9]));
     check_golden("remove_backend_reuse_id", &t.0);
 }
 
@@ -306,7 +327,7 @@ fn golden_active_and_terminating() {
     let slot_addrs: Vec<u8> = (1..=4)
         .map(|s| {
             let id = w.maps.state.services[&service_key(web(), s)].backend_id;
-            u32::from_be(w.maps.state.backends[&id].addr).to_be_bytes()[3]
+            w.maps.state.backends[&id].addr.v4().to_ne_bytes()[3]
         })
         .collect();
     assert_eq!(slot_addrs, [2, 4, 1, 3]);
@@ -370,10 +391,7 @@ fn golden_delete_frontend_removes_everything() {
 fn build_reuses_ids_and_reports_only_new_allocations() {
     let mut ids = Ids::default();
     let mut allocated = Vec::new();
-    let d = |backends: Vec<Backend>| DesiredFrontend {
-        frontend: web(),
-        backends,
-    };
+    let d = |backends: Vec<Backend>| DesiredFrontend::plain(web(), backends);
     let first = FrontendImage::build(&d(active(&[1, 2])), None, &mut ids, &mut allocated);
     assert_eq!(
         allocated,
@@ -385,8 +403,8 @@ fn build_reuses_ids_and_reports_only_new_allocations() {
     );
     assert_eq!(
         first.revnat,
-        RevNat4 {
-            addr: u32::from(Ipv4Addr::new(10, 96, 0, 10)).to_be(),
+        RevNat {
+            addr: crate::maps::abi_addr(IpAddr::from([10, 96, 0, 10])),
             port: 80u16.to_be(),
             _pad: [0; 2],
         }
@@ -436,10 +454,7 @@ fn restore_then_replan_same_state_is_a_no_op() {
     assert!(r.orphans.is_empty(), "{:?}", r.orphans);
     assert_eq!(r.images, w.images);
     for (fe, b) in &desired {
-        let d = DesiredFrontend {
-            frontend: *fe,
-            backends: b.clone(),
-        };
+        let d = DesiredFrontend::plain(*fe, b.clone());
         let p = plan(*fe, r.images.get(fe), Some(&d), &mut r.ids);
         assert!(p.ops.is_empty(), "{fe}: replanning wrote {:?}", p.ops);
         assert!(p.allocated.is_empty(), "{fe}: {:?}", p.allocated);
@@ -470,27 +485,27 @@ fn restore_lists_orphans_and_reserves_their_ids() {
     let stray_slot = service_key(vip(99, 80, Protocol::Tcp), 2);
     s.services.insert(
         stray_slot,
-        Service4Value {
+        ServiceValue {
             backend_id: 42,
             rev_nat_id: 9,
-            ..Service4Value::default()
+            ..ServiceValue::default()
         },
     );
     // A slot of a live frontend beyond its count + qcount.
     let beyond = service_key(web(), 7);
     s.services.insert(
         beyond,
-        Service4Value {
+        ServiceValue {
             backend_id: 1,
             rev_nat_id: 1,
-            ..Service4Value::default()
+            ..ServiceValue::default()
         },
     );
     s.backends.insert(42, clean.backends[&1]);
-    s.revnat.insert(9, RevNat4::default());
+    s.revnat.insert(9, RevNat::default());
 
     let r = restore(&s);
-    let slots: BTreeSet<Service4Key> = [stray_slot, beyond].into();
+    let slots: BTreeSet<ServiceKey> = [stray_slot, beyond].into();
     let mut expected: Vec<MapOp> = slots.into_iter().map(MapOp::DeleteService).collect();
     expected.extend([MapOp::DeleteBackend(42), MapOp::DeleteRevNat(9)]);
     assert_eq!(r.orphans, expected);
@@ -514,4 +529,5 @@ fn restore_lists_orphans_and_reserves_their_ids() {
     assert!(revnats.iter().all(|id| !s.revnat.contains_key(id)));
 }
 
+mod external;
 mod invariant;

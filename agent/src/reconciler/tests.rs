@@ -1,5 +1,9 @@
 //! Reconciler tests over in-memory maps: capacity, rollback, ownership, restore.
-use std::{cell::RefCell, net::Ipv4Addr, rc::Rc};
+use std::{
+    cell::RefCell,
+    net::{IpAddr, Ipv4Addr},
+    rc::Rc,
+};
 
 use super::*;
 use crate::{
@@ -41,9 +45,9 @@ impl Shared {
     /// What a connect to `key` would reach now.
     fn connect(
         &self,
-        key: weir_abi::Service4Key,
+        key: weir_abi::ServiceKey,
         roll: u32,
-    ) -> Result<Option<weir_abi::Backend4>, Refused> {
+    ) -> Result<Option<weir_abi::Backend>, Refused> {
         self.0.borrow().connect(key, roll)
     }
 
@@ -79,6 +83,7 @@ const ROOMY: Capacity = Capacity {
     services: 1024,
     backends: 1024,
     revnat: 1024,
+    src_ranges: 1024,
 };
 
 fn new(capacity: Capacity) -> (Reconciler<Shared>, Shared) {
@@ -93,7 +98,7 @@ fn id(name: &str) -> ServiceId {
 
 fn fe(last: u8, port: u16) -> Frontend {
     Frontend {
-        addr: Ipv4Addr::new(10, 96, 0, last),
+        addr: IpAddr::from([10, 96, 0, last]),
         port,
         proto: Protocol::Tcp,
     }
@@ -101,17 +106,17 @@ fn fe(last: u8, port: u16) -> Frontend {
 
 /// A frontend with active backends `10.net.0.host:8080`.
 fn want(frontend: Frontend, net: u8, hosts: &[u8]) -> DesiredFrontend {
-    DesiredFrontend {
+    DesiredFrontend::plain(
         frontend,
-        backends: hosts
+        hosts
             .iter()
             .map(|&h| Backend {
-                addr: Ipv4Addr::new(10, net, 0, h),
+                addr: IpAddr::from([10, net, 0, h]),
                 port: 8080,
                 state: BackendState::Active,
             })
             .collect(),
-    }
+    )
 }
 
 /// The entries the frontends `fes` reach in `s`.
@@ -181,6 +186,7 @@ fn map_full_names_the_service_and_map_and_only_refuses_its_new_frontends() {
             MapName::Services => (4, 3),
             MapName::Backends => (3, 2),
             MapName::RevNat => (1, 1),
+            MapName::SrcRanges => unreachable!("not in this test's list"),
         };
         match &err {
             ReconcileError::MapFull {
@@ -265,7 +271,7 @@ fn too_many_backends_is_rejected_before_planning() {
     let mut d = want(fe(1, 80), 0, &[]);
     d.backends = (0..=u32::from(u16::MAX))
         .map(|i| Backend {
-            addr: Ipv4Addr::from(0x0a00_0000 + i),
+            addr: Ipv4Addr::from(0x0a00_0000 + i).into(),
             port: 80,
             state: BackendState::Active,
         })
@@ -513,4 +519,75 @@ fn deleting_a_service_removes_every_entry_it_had() {
     rec.sync_service(&id("b"), &[]).unwrap();
     assert_same(&Snapshot::default(), &maps.state(), "maps not empty");
     assert_eq!(rec.frontend_count(), 0);
+}
+
+/// A load-balancer frontend with source ranges and affinity.
+fn lb_with(ranges: &[&str], affinity: Option<u32>, hosts: &[u8]) -> Vec<DesiredFrontend> {
+    vec![DesiredFrontend {
+        kind: crate::model::FrontendKind::LoadBalancer,
+        affinity,
+        source_ranges: ranges
+            .iter()
+            .map(|c| crate::model::Cidr::parse(c).unwrap())
+            .collect(),
+        ..want(fe(30, 443), 3, hosts)
+    }]
+}
+
+#[test]
+fn a_failed_write_rolls_source_ranges_and_flags_back_exactly() {
+    let v1 = lb_with(&["10.0.0.0/8", "192.0.2.0/24"], None, &[1, 2]);
+    let v2 = lb_with(&["192.0.2.0/24", "203.0.113.0/24"], Some(60), &[2, 3]);
+    let setup = || {
+        let (mut rec, maps) = new(ROOMY);
+        rec.sync_service(&id("lb"), &v1).unwrap();
+        (rec, maps)
+    };
+    let (mut reference, ref_maps) = setup();
+    let ops = reference.sync_service(&id("lb"), &v2).unwrap();
+    let expected = ref_maps.state();
+    assert_eq!(expected.src_ranges.len(), 2);
+    for n in 0..ops {
+        let (mut rec, maps) = setup();
+        let before = maps.state();
+        maps.fail_after(n);
+        rec.sync_service(&id("lb"), &v2).unwrap_err();
+        assert_same(&before, &maps.state(), &format!("write {n} failed"));
+        assert_eq!(rec.sync_service(&id("lb"), &v2).unwrap(), ops);
+        assert_same(&expected, &maps.state(), &format!("retry after {n}"));
+    }
+    // Removing the Service removes its ranges too.
+    reference.sync_service(&id("lb"), &[]).unwrap();
+    assert_eq!(ref_maps.state(), Snapshot::default());
+}
+
+#[test]
+fn source_ranges_count_against_their_map() {
+    let (mut rec, maps) = new(Capacity {
+        src_ranges: 1,
+        ..ROOMY
+    });
+    let err = rec
+        .sync_service(
+            &id("lb"),
+            &lb_with(&["10.0.0.0/8", "192.0.2.0/24"], None, &[1]),
+        )
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ReconcileError::MapFull {
+                map: MapName::SrcRanges,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("WEIR_SRC_RANGE"), "{err}");
+    // Refused, not leaked: the new frontend has a master without backends,
+    // and no range was written.
+    let state = maps.state();
+    assert!(state.src_ranges.is_empty(), "{:?}", state.src_ranges);
+    let master = state.services[&service_key(fe(30, 443), 0)];
+    assert_eq!((master.count, master.qcount), (0, 0));
 }

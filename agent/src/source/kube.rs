@@ -315,7 +315,7 @@ impl State {
                     name: eps.name_any(),
                 };
                 let outcome = match k8s::slice(&eps) {
-                    Ok(SliceOutcome::Ipv4(c)) => {
+                    Ok(SliceOutcome::Ip(c)) => {
                         if let Some(t) = trigger_time(&eps).filter(|t| *t > self.started) {
                             triggers.push((c.value.service.clone(), t));
                         }
@@ -371,9 +371,12 @@ impl State {
                     .and_then(|s| s.taints.as_ref())
                     .is_some_and(|t| t.iter().any(|t| t.key == TAINT_TO_BE_DELETED));
                 self.health.set_node_eligible(!(deleting || draining));
+                // Addresses come from the node's interfaces, not the API: the
+                // store keeps its own on a Node change.
                 out.push(Change::Node(NodeInfo {
                     name: self.node.clone(),
                     zone,
+                    addresses: Vec::new(),
                 }));
             }
             Event::Delete(_) => {
@@ -386,6 +389,7 @@ impl State {
                 out.push(Change::Node(NodeInfo {
                     name: self.node.clone(),
                     zone: None,
+                    addresses: Vec::new(),
                 }));
             }
             Event::InitDone => {}

@@ -1,19 +1,28 @@
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 
 use super::*;
-use crate::model::{EndpointSpec, Protocol, ServicePortSpec, SlicePortSpec, TrafficPolicy};
+use crate::model::{
+    BackendState, EndpointSpec, IpFamily, Protocol, ServicePortSpec, SlicePortSpec, TrafficPolicy,
+};
+
+fn last_octet(addr: IpAddr) -> u8 {
+    match addr {
+        IpAddr::V4(v4) => v4.octets()[3],
+        IpAddr::V6(v6) => v6.octets()[15],
+    }
+}
 
 fn svc(name: &str, ip: [u8; 4]) -> ServiceSpec {
     ServiceSpec {
         id: ServiceId::new("default", name),
-        cluster_ips: vec![Ipv4Addr::from(ip)],
+        cluster_ips: vec![IpAddr::from(ip)],
         ports: vec![ServicePortSpec {
             name: "http".into(),
             port: 80,
             proto: Protocol::Tcp,
+            node_port: None,
         }],
-        internal_policy: TrafficPolicy::Cluster,
-        external_policy: TrafficPolicy::Cluster,
+        ..ServiceSpec::default()
     }
 }
 
@@ -24,6 +33,7 @@ fn slice(name: &str, service: &str, eps: &[(u8, bool, bool, bool)]) -> SliceSpec
             name: name.into(),
         },
         service: ServiceId::new("default", service),
+        family: IpFamily::V4,
         ports: vec![SlicePortSpec {
             name: "http".into(),
             port: 8080,
@@ -32,7 +42,7 @@ fn slice(name: &str, service: &str, eps: &[(u8, bool, bool, bool)]) -> SliceSpec
         endpoints: eps
             .iter()
             .map(|&(last, ready, serving, terminating)| EndpointSpec {
-                addrs: vec![Ipv4Addr::new(10, 0, 0, last)],
+                addrs: vec![IpAddr::from([10, 0, 0, last])],
                 ready,
                 serving,
                 terminating,
@@ -87,7 +97,7 @@ fn states_follow_kep_1669_and_duplicates_keep_best_state() {
     let states: Vec<_> = fe[0]
         .backends
         .iter()
-        .map(|b| (b.addr.octets()[3], b.state))
+        .map(|b| (last_octet(b.addr), b.state))
         .collect();
     assert_eq!(
         states,
@@ -104,7 +114,7 @@ fn states_follow_kep_1669_and_duplicates_keep_best_state() {
     let states: Vec<_> = fe[0]
         .backends
         .iter()
-        .map(|b| (b.addr.octets()[3], b.state))
+        .map(|b| (last_octet(b.addr), b.state))
         .collect();
     // Endpoint 3 is not serving and is never a backend.
     assert_eq!(
@@ -151,7 +161,7 @@ fn topo_slice(eps: &[(u8, bool)], zone_hints: bool) -> SliceSpec {
     s.endpoints = eps
         .iter()
         .map(|&(last, ready)| EndpointSpec {
-            addrs: vec![Ipv4Addr::new(10, 0, 0, last)],
+            addrs: vec![IpAddr::from([10, 0, 0, last])],
             ready,
             serving: true,
             terminating: !ready,
@@ -171,7 +181,7 @@ fn addrs(store: &Store, id: &ServiceId) -> Vec<(u8, BackendState)> {
     store.frontends(id)[0]
         .backends
         .iter()
-        .map(|b| (b.addr.octets()[3], b.state))
+        .map(|b| (last_octet(b.addr), b.state))
         .collect()
 }
 
@@ -179,6 +189,7 @@ fn node(name: &str, zone: Option<&str>) -> NodeInfo {
     NodeInfo {
         name: name.into(),
         zone: zone.map(Into::into),
+        addresses: Vec::new(),
     }
 }
 

@@ -33,6 +33,12 @@ pub struct KindLabel {
     pub kind: String,
 }
 
+/// `tcp` or `udp` (the UDP conntrack table also holds SCTP).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProtoLabel {
+    pub proto: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CodeLabel {
     pub code: String,
@@ -62,6 +68,10 @@ pub struct Metrics {
     pub watch_errors: Family<KindLabel, Counter>,
     pub healthz: Family<CodeLabel, Counter>,
     pub livez: Family<CodeLabel, Counter>,
+    /// Entries the last conntrack GC sweep found, per table.
+    pub conntrack_entries: Family<ProtoLabel, Gauge>,
+    /// Expired conntrack entries the GC deleted.
+    pub conntrack_gc_deleted: Counter,
 }
 
 impl Default for Metrics {
@@ -95,6 +105,8 @@ impl Metrics {
             watch_errors: Family::default(),
             healthz: Family::default(),
             livez: Family::default(),
+            conntrack_entries: Family::default(),
+            conntrack_gc_deleted: Counter::default(),
         };
         let r = &mut registry;
         r.register(
@@ -173,6 +185,16 @@ impl Metrics {
             this.healthz.clone(),
         );
         r.register("livez", "/livez answers by HTTP code", this.livez.clone());
+        r.register(
+            "conntrack_entries",
+            "Conntrack entries found by the last GC sweep, by table",
+            this.conntrack_entries.clone(),
+        );
+        r.register(
+            "conntrack_gc_deleted",
+            "Expired conntrack entries deleted by the GC",
+            this.conntrack_gc_deleted.clone(),
+        );
         Self { registry, ..this }
     }
 
@@ -220,6 +242,12 @@ mod tests {
         m.set_map_usage(MapName::Services, 3, 12);
         m.sync_duration.observe(0.002);
         m.map_ops.inc_by(5);
+        m.conntrack_entries
+            .get_or_create(&ProtoLabel {
+                proto: "tcp".into(),
+            })
+            .set(7);
+        m.conntrack_gc_deleted.inc_by(2);
         let text = m.encode();
         for name in [
             "weir_sync_duration_seconds_bucket",
@@ -227,9 +255,11 @@ mod tests {
             "weir_services ",
             "weir_backends ",
             "weir_map_operations_total 5",
-            "weir_map_entries{map=\"WEIR_SVC4\"} 3",
-            "weir_map_capacity{map=\"WEIR_SVC4\"} 12",
-            "weir_map_pressure{map=\"WEIR_SVC4\"} 0.25",
+            "weir_conntrack_entries{proto=\"tcp\"} 7",
+            "weir_conntrack_gc_deleted_total 2",
+            "weir_map_entries{map=\"WEIR_SVC\"} 3",
+            "weir_map_capacity{map=\"WEIR_SVC\"} 12",
+            "weir_map_pressure{map=\"WEIR_SVC\"} 0.25",
         ] {
             assert!(text.contains(name), "{name} missing from:\n{text}");
         }

@@ -7,7 +7,10 @@
 #![cfg_attr(target_arch = "bpf", no_main)]
 
 mod maps;
+mod packet;
+mod pick;
 mod sock;
+mod xdp;
 
 #[cfg(target_arch = "bpf")]
 #[panic_handler]

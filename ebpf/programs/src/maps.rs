@@ -1,33 +1,92 @@
 //! Map definitions. Layouts and semantics are documented in `weir-abi`.
 //!
-//! The agent overrides `max_entries` of the services and backends maps from its
-//! flags before loading; the numbers here are the defaults.
+//! The agent overrides `max_entries` from its flags before loading; the numbers
+//! here are the defaults. Every map is pinned by name so that a restarted agent
+//! (and the conntrack collector) finds the same maps and their state.
 use aya_ebpf::{
-    bindings::BPF_F_NO_PREALLOC,
+    bindings::{BPF_F_NO_PREALLOC, bpf_fib_lookup},
     macros::map,
-    maps::{HashMap, LruHashMap},
+    maps::{Array, HashMap, LpmTrie, LruHashMap, PerCpuArray},
 };
 use weir_abi::{
-    Backend4, DEFAULT_MAX_BACKENDS, DEFAULT_MAX_REVSOCK, DEFAULT_MAX_SERVICES, RevNat4,
-    RevSock4Key, RevSock4Value, Service4Key, Service4Value,
+    AffinityKey, AffinityValue, Backend, Config, CtKey, CtValue, DEFAULT_MAX_AFFINITY,
+    DEFAULT_MAX_BACKENDS, DEFAULT_MAX_CT, DEFAULT_MAX_REVSOCK, DEFAULT_MAX_SERVICES,
+    DEFAULT_MAX_SRC_RANGES, RevNat, RevSockKey, RevSockValue, STAT_ENTRIES, ServiceKey,
+    ServiceValue, SrcRangeKey, StatValue,
 };
 
 // Not preallocated: entries are freed after an RCU grace period, so a program that
 // looked up an entry the agent is deleting still reads the old value, never a
 // recycled one.
-#[map(name = "WEIR_SVC4")]
-pub static SERVICES4: HashMap<Service4Key, Service4Value> =
+#[map(name = "WEIR_SVC")]
+pub static SERVICES: HashMap<ServiceKey, ServiceValue> =
     HashMap::pinned(DEFAULT_MAX_SERVICES, BPF_F_NO_PREALLOC);
 
-#[map(name = "WEIR_BACKEND4")]
-pub static BACKENDS4: HashMap<u32, Backend4> =
+#[map(name = "WEIR_BACKEND")]
+pub static BACKENDS: HashMap<u32, Backend> =
     HashMap::pinned(DEFAULT_MAX_BACKENDS, BPF_F_NO_PREALLOC);
 
-#[map(name = "WEIR_REVNAT4")]
-pub static REVNAT4: HashMap<u32, RevNat4> =
-    HashMap::pinned(DEFAULT_MAX_SERVICES, BPF_F_NO_PREALLOC);
+#[map(name = "WEIR_REVNAT")]
+pub static REVNAT: HashMap<u32, RevNat> = HashMap::pinned(DEFAULT_MAX_SERVICES, BPF_F_NO_PREALLOC);
+
+// The kernel requires BPF_F_NO_PREALLOC for LPM tries; aya adds it.
+#[map(name = "WEIR_SRC_RANGE")]
+pub static SRC_RANGES: LpmTrie<SrcRangeKey, u8> = LpmTrie::pinned(DEFAULT_MAX_SRC_RANGES, 0);
+
+#[map(name = "WEIR_CONFIG")]
+pub static CONFIG: Array<Config> = Array::pinned(1, 0);
 
 // LRU: an entry per connected socket, written by the datapath; old sockets age out.
-#[map(name = "WEIR_REVSOCK4")]
-pub static REVSOCK4: LruHashMap<RevSock4Key, RevSock4Value> =
+#[map(name = "WEIR_REVSOCK")]
+pub static REVSOCK: LruHashMap<RevSockKey, RevSockValue> =
     LruHashMap::pinned(DEFAULT_MAX_REVSOCK, 0);
+
+// LRU so that a full table evicts the oldest flows instead of refusing new ones;
+// the agent's collector removes expired pairs long before that in normal use.
+#[map(name = "WEIR_CT_TCP")]
+pub static CT_TCP: LruHashMap<CtKey, CtValue> = LruHashMap::pinned(DEFAULT_MAX_CT, 0);
+
+#[map(name = "WEIR_CT_UDP")]
+pub static CT_UDP: LruHashMap<CtKey, CtValue> = LruHashMap::pinned(DEFAULT_MAX_CT, 0);
+
+#[map(name = "WEIR_AFFINITY")]
+pub static AFFINITY: LruHashMap<AffinityKey, AffinityValue> =
+    LruHashMap::pinned(DEFAULT_MAX_AFFINITY, 0);
+
+#[map(name = "WEIR_STATS")]
+pub static STATS: PerCpuArray<StatValue> = PerCpuArray::pinned(STAT_ENTRIES, 0);
+
+/// Per-CPU working space of the packet programs for values too large to
+/// keep on the 512-byte stack. Index 0: TC, 1: XDP. Not pinned: it holds
+/// nothing between two runs.
+pub struct Scratch {
+    pub h: crate::packet::Hdr,
+    pub val: CtValue,
+    pub rkey: CtKey,
+    pub fib: bpf_fib_lookup,
+}
+
+#[map(name = "WEIR_SCRATCH")]
+pub static SCRATCH: PerCpuArray<Scratch> = PerCpuArray::with_max_entries(2, 0);
+
+/// Counts one packet (or socket call) of `bytes` under `(prog, reason)`.
+#[inline(always)]
+pub fn count(prog: u32, reason: u32, bytes: u64) {
+    // Per-CPU values: no other CPU writes this slot. A rare lost increment when
+    // a program is preempted on this CPU by another one counting here is an
+    // acceptable price for not using atomics on every packet.
+    if let Some(p) = STATS.get_ptr_mut(weir_abi::stat_index(prog, reason)) {
+        // SAFETY: the pointer comes from a successful lookup of a per-CPU array.
+        unsafe {
+            (*p).packets += 1;
+            (*p).bytes += bytes;
+        }
+    }
+}
+
+/// `CLOCK_MONOTONIC` in whole seconds, as the conntrack and affinity maps store it.
+#[inline(always)]
+pub fn now_secs() -> u32 {
+    // SAFETY: bpf_ktime_get_ns is available to every program type.
+    (unsafe { aya_ebpf::helpers::generated::bpf_ktime_get_ns() } / 1_000_000_000) as u32
+}

@@ -1,21 +1,30 @@
-//! Socket-level load balancing for ClusterIP (IPv4).
+//! Socket-level load balancing (IPv4 and IPv6).
 //!
-//! `connect4` and `sendmsg4` rewrite a destination `VIP:port` to a backend before
-//! the socket ever builds a packet, so no per-packet NAT is needed. They remember
-//! the frontend per socket cookie; `getpeername4` and `recvmsg4` use that to show
-//! the application the address it asked for.
+//! `connect` and `sendmsg` rewrite a destination `frontend:port` to a backend
+//! before the socket ever builds a packet, so no per-packet NAT is needed. They
+//! remember the frontend per socket cookie; `getpeername` and `recvmsg` use that
+//! to show the application the address it asked for.
+//!
+//! The v6 hooks also see IPv4-mapped destinations of dual-stack sockets; the
+//! maps store IPv4 in that same mapped form, so such a destination finds the
+//! IPv4 frontend with no special case.
 use aya_ebpf::{
     EbpfContext as _,
-    helpers::generated::{bpf_get_prandom_u32, bpf_get_socket_cookie, bpf_set_retval},
+    bindings::bpf_sock_addr,
+    helpers::generated::{bpf_get_netns_cookie, bpf_get_socket_cookie, bpf_set_retval},
     macros::cgroup_sock_addr,
     programs::SockAddrContext,
 };
 use weir_abi::{
-    PROTO_SCTP, PROTO_TCP, PROTO_UDP, RevSock4Key, RevSock4Value, SCOPE_ALL, Service4Key,
-    Service4Value,
+    Addr, AffinityKey, PROTO_SCTP, PROTO_TCP, PROTO_UDP, RevSockKey, RevSockValue, SCOPE_ALL,
+    STAT_NEW_FLOW, STAT_PROG_SOCK, STAT_REPLY, STAT_SOCK_REFUSED, SVC_F_AFFINITY, ServiceKey,
+    ServiceValue,
 };
 
-use crate::maps::{BACKENDS4, REVNAT4, REVSOCK4, SERVICES4};
+use crate::{
+    maps::{REVNAT, REVSOCK, SERVICES, count, now_secs},
+    pick::{Pick, choose},
+};
 
 /// Return value that lets the syscall go on.
 const SYS_PROCEED: i32 = 1;
@@ -25,46 +34,99 @@ const ECONNREFUSED: i32 = 111;
 
 #[cgroup_sock_addr(connect4)]
 pub fn weir_connect4(ctx: SockAddrContext) -> i32 {
-    forward(&ctx)
+    forward::<false>(&ctx)
 }
 
 #[cgroup_sock_addr(sendmsg4)]
 pub fn weir_sendmsg4(ctx: SockAddrContext) -> i32 {
-    forward(&ctx)
+    forward::<false>(&ctx)
 }
 
 #[cgroup_sock_addr(recvmsg4)]
 pub fn weir_recvmsg4(ctx: SockAddrContext) -> i32 {
-    reverse(&ctx);
+    reverse::<false>(&ctx);
     SYS_PROCEED
 }
 
 #[cgroup_sock_addr(getpeername4)]
 pub fn weir_getpeername4(ctx: SockAddrContext) -> i32 {
-    reverse(&ctx);
+    reverse::<false>(&ctx);
     SYS_PROCEED
 }
 
-/// A backend picked for one connect or send.
-struct Pick {
-    addr: u32,
-    port: u16,
-    rev_nat_id: u32,
+#[cgroup_sock_addr(connect6)]
+pub fn weir_connect6(ctx: SockAddrContext) -> i32 {
+    forward::<true>(&ctx)
+}
+
+#[cgroup_sock_addr(sendmsg6)]
+pub fn weir_sendmsg6(ctx: SockAddrContext) -> i32 {
+    forward::<true>(&ctx)
+}
+
+#[cgroup_sock_addr(recvmsg6)]
+pub fn weir_recvmsg6(ctx: SockAddrContext) -> i32 {
+    reverse::<true>(&ctx);
+    SYS_PROCEED
+}
+
+#[cgroup_sock_addr(getpeername6)]
+pub fn weir_getpeername6(ctx: SockAddrContext) -> i32 {
+    reverse::<true>(&ctx);
+    SYS_PROCEED
+}
+
+/// The destination address of the call, in the maps' dual-stack form.
+#[inline(always)]
+fn read_addr<const V6: bool>(sa: *mut bpf_sock_addr) -> Addr {
+    // SAFETY: `sa` is the kernel's context. Volatile word reads keep the
+    // accesses at the 4-byte width the verifier accepts for every field.
+    unsafe {
+        if V6 {
+            let p = &raw const (*sa).user_ip6;
+            Addr([
+                core::ptr::read_volatile(&raw const (*p)[0]),
+                core::ptr::read_volatile(&raw const (*p)[1]),
+                core::ptr::read_volatile(&raw const (*p)[2]),
+                core::ptr::read_volatile(&raw const (*p)[3]),
+            ])
+        } else {
+            Addr::from_v4(core::ptr::read_volatile(&raw const (*sa).user_ip4))
+        }
+    }
 }
 
 #[inline(always)]
-fn forward(ctx: &SockAddrContext) -> i32 {
+fn write_addr<const V6: bool>(sa: *mut bpf_sock_addr, addr: &Addr, port: u16) {
+    // SAFETY: as in `read_addr`; these fields are writable in all four hooks.
+    unsafe {
+        if V6 {
+            let p = &raw mut (*sa).user_ip6;
+            core::ptr::write_volatile(&raw mut (*p)[0], addr.0[0]);
+            core::ptr::write_volatile(&raw mut (*p)[1], addr.0[1]);
+            core::ptr::write_volatile(&raw mut (*p)[2], addr.0[2]);
+            core::ptr::write_volatile(&raw mut (*p)[3], addr.0[3]);
+        } else {
+            core::ptr::write_volatile(&raw mut (*sa).user_ip4, addr.v4());
+        }
+        // user_port holds sin_port (network order) in its low 16 bits.
+        core::ptr::write_volatile(&raw mut (*sa).user_port, u32::from(port));
+    }
+}
+
+#[inline(always)]
+fn forward<const V6: bool>(ctx: &SockAddrContext) -> i32 {
+    let sa = ctx.sock_addr;
     // SAFETY: the kernel hands every sock_addr program a valid context.
-    let sa = unsafe { &mut *ctx.sock_addr };
-    let proto = sa.protocol as u8;
+    let proto = unsafe { core::ptr::read_volatile(&raw const (*sa).protocol) } as u8;
     if proto != PROTO_TCP && proto != PROTO_UDP && proto != PROTO_SCTP {
         return SYS_PROCEED;
     }
-    let vip = sa.user_ip4;
-    // user_port holds sin_port (network order) in its low 16 bits.
-    let port = sa.user_port as u16;
-    let mut key = Service4Key {
-        addr: vip,
+    let frontend = read_addr::<V6>(sa);
+    // SAFETY: as above.
+    let port = unsafe { core::ptr::read_volatile(&raw const (*sa).user_port) } as u16;
+    let mut key = ServiceKey {
+        addr: frontend,
         port,
         slot: 0,
         proto,
@@ -72,108 +134,88 @@ fn forward(ctx: &SockAddrContext) -> i32 {
         _pad: [0; 2],
     };
     // SAFETY: values are plain integers; entries are freed only after RCU.
-    let Some(master) = (unsafe { SERVICES4.get(key) }) else {
+    let Some(master) = (unsafe { SERVICES.get(key) }) else {
         return SYS_PROCEED;
     };
     let master = *master;
-    let roll = unsafe { bpf_get_prandom_u32() };
-    // A frontend we own never falls through to the VIP itself: no usable backend,
-    // or a race with an update we cannot resolve, refuses the connection.
-    let Some(pick) = pick_backend(&mut key, &master, roll) else {
+    // A frontend we own never falls through to the address itself: no usable
+    // backend, or a race with an update we cannot resolve, refuses the call.
+    let Some(pick) = choose_for(ctx, &mut key, &master) else {
+        count(STAT_PROG_SOCK, STAT_SOCK_REFUSED, 0);
         return refuse();
     };
+    // SAFETY: bpf_get_socket_cookie is available to sock_addr programs.
     let cookie = unsafe { bpf_get_socket_cookie(ctx.as_ptr()) };
-    let rev_key = RevSock4Key {
+    let rev_key = RevSockKey {
         cookie,
         addr: pick.addr,
         port: pick.port,
-        _pad: [0; 2],
+        _pad: [0; 6],
     };
-    let rev_val = RevSock4Value {
-        addr: vip,
+    let rev_val = RevSockValue {
+        addr: frontend,
         port,
         _pad: [0; 2],
         rev_nat_id: pick.rev_nat_id,
     };
     // Losing this entry only costs the reverse translation of getpeername/recvmsg;
     // the connection itself still works, so a failed insert does not refuse it.
-    let _ = REVSOCK4.insert(rev_key, rev_val, 0);
-    sa.user_ip4 = pick.addr;
-    sa.user_port = u32::from(pick.port);
+    let _ = REVSOCK.insert(rev_key, rev_val, 0);
+    write_addr::<V6>(sa, &pick.addr, pick.port);
+    count(STAT_PROG_SOCK, STAT_NEW_FLOW, 0);
     SYS_PROCEED
 }
 
-/// Picks a backend uniformly among the active slots, or among the terminating
-/// ones when the frontend has no active backend (KEP-1669).
+/// The backend for this call (see [`choose`]). Sockets have no stable client
+/// address before connect, so a client is its network namespace, as Cilium's
+/// socket-LB affinity does.
 #[inline(always)]
-fn pick_backend(key: &mut Service4Key, master: &Service4Value, roll: u32) -> Option<Pick> {
-    if let Some(pick) = pick_in(key, master, roll) {
-        return Some(pick);
-    }
-    // The agent writes a shrinking frontend's new master before it prunes the
-    // slots beyond it, so a slot can vanish between our two lookups. Read the
-    // master again and pick within what it holds now.
-    key.slot = 0;
-    // SAFETY: as above.
-    let fresh = *unsafe { SERVICES4.get(*key) }?;
-    pick_in(key, &fresh, roll)
-}
-
-#[inline(always)]
-fn pick_in(key: &mut Service4Key, master: &Service4Value, roll: u32) -> Option<Pick> {
-    // Terminating slots follow the active ones, so with no active backend they
-    // start at slot 1 too.
-    let n = if master.count > 0 {
-        u32::from(master.count)
-    } else {
-        u32::from(master.qcount)
-    };
-    if n == 0 {
-        return None;
-    }
-    key.slot = (roll % n + 1) as u16;
-    // SAFETY: as above.
-    let slot = unsafe { SERVICES4.get(*key) }?;
-    // SAFETY: as above.
-    let backend = unsafe { BACKENDS4.get(slot.backend_id) }?;
-    // The id may have been freed and handed to another frontend since we read
-    // the slot; only our own backend will do.
-    if backend.rev_nat_id != master.rev_nat_id {
-        return None;
-    }
-    Some(Pick {
-        addr: backend.addr,
-        port: backend.port,
+fn choose_for(ctx: &SockAddrContext, key: &mut ServiceKey, master: &ServiceValue) -> Option<Pick> {
+    let aff = AffinityKey {
+        client: Addr([0; 4]),
+        netns_cookie: if master.flags & SVC_F_AFFINITY != 0 {
+            // SAFETY: bpf_get_netns_cookie accepts a sock_addr context.
+            unsafe { bpf_get_netns_cookie(ctx.as_ptr()) }
+        } else {
+            0
+        },
         rev_nat_id: master.rev_nat_id,
-    })
+        _pad: [0; 4],
+    };
+    choose(key, master, &aff, now_secs())
 }
 
 #[inline(always)]
-fn reverse(ctx: &SockAddrContext) {
-    // SAFETY: the kernel hands every sock_addr program a valid context.
-    let sa = unsafe { &mut *ctx.sock_addr };
+fn reverse<const V6: bool>(ctx: &SockAddrContext) {
+    let sa = ctx.sock_addr;
+    // SAFETY: bpf_get_socket_cookie is available to sock_addr programs.
     let cookie = unsafe { bpf_get_socket_cookie(ctx.as_ptr()) };
-    let key = RevSock4Key {
+    let key = RevSockKey {
         cookie,
-        addr: sa.user_ip4,
-        port: sa.user_port as u16,
-        _pad: [0; 2],
+        addr: read_addr::<V6>(sa),
+        // SAFETY: the kernel hands every sock_addr program a valid context.
+        port: unsafe { core::ptr::read_volatile(&raw const (*sa).user_port) } as u16,
+        _pad: [0; 6],
     };
     // SAFETY: values are plain integers.
-    let Some(rev) = (unsafe { REVSOCK4.get(key) }) else {
+    let Some(rev) = (unsafe { REVSOCK.get(key) }) else {
         return;
     };
     let rev = *rev;
     // Translate only while the frontend still exists under the same id.
     // SAFETY: as above.
-    let Some(nat) = (unsafe { REVNAT4.get(rev.rev_nat_id) }) else {
+    let Some(nat) = (unsafe { REVNAT.get(rev.rev_nat_id) }) else {
         return;
     };
     if nat.addr != rev.addr || nat.port != rev.port {
         return;
     }
-    sa.user_ip4 = rev.addr;
-    sa.user_port = u32::from(rev.port);
+    // A v4 hook can only write an IPv4 address back.
+    if !V6 && !rev.addr.is_v4() {
+        return;
+    }
+    write_addr::<V6>(sa, &rev.addr, rev.port);
+    count(STAT_PROG_SOCK, STAT_REPLY, 0);
 }
 
 #[inline(always)]

@@ -1,6 +1,6 @@
 use std::{
     fs::OpenOptions,
-    net::{Ipv4Addr, SocketAddr, TcpListener},
+    net::{IpAddr, SocketAddr, TcpListener},
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
@@ -25,7 +25,7 @@ pub struct Agent {
 /// One frontend as `weir-agent inspect services -o json` prints it.
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 pub struct ServiceView {
-    pub vip: Ipv4Addr,
+    pub vip: IpAddr,
     pub port: u16,
     pub protocol: String,
     pub backends: Vec<BackendView>,
@@ -33,7 +33,7 @@ pub struct ServiceView {
 
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 pub struct BackendView {
-    pub ip: Ipv4Addr,
+    pub ip: IpAddr,
     pub port: u16,
     pub state: String,
 }

@@ -9,6 +9,10 @@
 //!            wt-<id>-b1 eth0 10.77.0.11   wt-<id>-b2 eth0 10.77.0.12   …
 //!            weir-testsrv be1              weir-testsrv be2
 //! ```
+//! The packet-datapath tests use a second, dual-stack topology with an external
+//! client, a node, a local pod and a pod behind a second node:
+//! [`packet_topology`].
+//!
 //! Every resource is owned by a guard that removes it on drop, panics included;
 //! [`sweep::sweep`] removes what a killed run left behind.
 pub mod agent;
@@ -18,6 +22,7 @@ pub mod containerd;
 pub mod images;
 pub mod kubelet;
 pub mod manifest;
+pub mod packet_topology;
 pub mod sweep;
 pub mod topology;
 

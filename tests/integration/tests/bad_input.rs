@@ -183,7 +183,7 @@ fn a_full_map_fails_only_the_service_that_does_not_fit() -> Result<()> {
     topo.write_manifest("a-slice.yaml", &manifest::slice("a-1", "a", &eps))?;
     topo.write_manifest("a.yaml", &manifest::service("a", "10.96.0.1"))?;
     let mut agent = Agent::start(&topo, &["--max-services", "12"])?;
-    assert_eq!(map_len(&topo, weir_abi::MAP_SERVICES4)?, 8);
+    assert_eq!(map_len(&topo, weir_abi::MAP_SERVICES)?, 8);
     // The slice first, so b never exists without its endpoints.
     topo.write_manifest("b-slice.yaml", &manifest::slice("b-1", "b", &eps))?;
     topo.write_manifest("b.yaml", &manifest::service("b", "10.96.0.2"))?;
@@ -192,16 +192,16 @@ fn a_full_map_fails_only_the_service_that_does_not_fit() -> Result<()> {
     })?;
     assert_logged(
         &agent.log_text(),
-        &["default/b", "WEIR_SVC4", "--max-services"],
+        &["default/b", "WEIR_SVC", "--max-services"],
     );
     // b is not half-written: its frontends hold a master each and nothing else,
     // so its VIP refuses connections rather than leaking to the network.
     let views = agent.inspect()?;
     assert_eq!(backends_of(&views, "10.96.0.2", 80, "TCP"), Some(vec![]));
     assert_eq!(backends_of(&views, "10.96.0.2", 53, "UDP"), Some(vec![]));
-    assert_eq!(map_len(&topo, weir_abi::MAP_SERVICES4)?, 10);
+    assert_eq!(map_len(&topo, weir_abi::MAP_SERVICES)?, 10);
     assert_eq!(
-        map_len(&topo, weir_abi::MAP_BACKENDS4)?,
+        map_len(&topo, weir_abi::MAP_BACKENDS)?,
         6,
         "only a's backends"
     );

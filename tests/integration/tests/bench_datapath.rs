@@ -16,7 +16,7 @@ fn a_tiny_run_measures_every_dataplane_and_metric() -> Result<()> {
     std::fs::create_dir_all(&out)?;
     let md = report::markdown("tiny", &records, &notes);
     assert!(
-        md.contains("crr_rate_last") && md.contains("weir-socket"),
+        md.contains("crr_rate_last") && md.contains("weir-socket") && md.contains("weir-tc"),
         "{md}"
     );
     report::write_json(&out.join("datapath.json"), &records)?;
@@ -36,6 +36,7 @@ fn a_tiny_run_measures_every_dataplane_and_metric() -> Result<()> {
     for label in [
         "direct",
         "weir-socket",
+        "weir-tc",
         "iptables-legacy",
         "iptables-nft",
         "nftables",
@@ -71,11 +72,14 @@ fn a_tiny_run_measures_every_dataplane_and_metric() -> Result<()> {
             assert_eq!((r.services, r.endpoints), (10, 2));
         }
     }
-    assert!(
-        records
-            .iter()
-            .any(|r| r.dataplane == record::WEIR_SOCKET && r.metric == "agent_rss")
-    );
+    for weir in [record::WEIR_SOCKET, record::WEIR_TC] {
+        assert!(
+            records
+                .iter()
+                .any(|r| r.dataplane == weir && r.metric == "agent_rss"),
+            "{weir} lacks agent_rss"
+        );
+    }
     // Every request of the run was answered: no dataplane dropped traffic.
     let failures: Vec<_> = notes.iter().filter(|n| n.contains("errors")).collect();
     assert!(failures.is_empty(), "{failures:?}");

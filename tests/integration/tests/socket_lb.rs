@@ -275,9 +275,9 @@ fn deleting_a_service_removes_every_map_entry_and_the_vip_is_no_longer_translate
     topo.remove_manifest("web.yaml")?;
     agent.wait_for(Duration::from_secs(5), <[_]>::is_empty)?;
     for map in [
-        weir_abi::MAP_SERVICES4,
-        weir_abi::MAP_BACKENDS4,
-        weir_abi::MAP_REVNAT4,
+        weir_abi::MAP_SERVICES,
+        weir_abi::MAP_BACKENDS,
+        weir_abi::MAP_REVNAT,
     ] {
         let path = topo.pin_dir().join("maps").join(map);
         let entries = weir_integration::pinned_map_len(&path)?;

@@ -1,8 +1,8 @@
 //! Randomized planner tests: the make-before-break invariant under torn reads
 //! of the datapath, and restore after random histories.
-use std::{collections::BTreeSet, net::Ipv4Addr};
+use std::{collections::BTreeSet, net::IpAddr};
 
-use weir_abi::{BACKEND_STATE_ACTIVE, Backend4, Service4Value};
+use weir_abi::{BACKEND_STATE_ACTIVE, Backend as AbiBackend, ServiceValue};
 
 use super::*;
 
@@ -39,7 +39,7 @@ fn random_backends(rng: &mut XorShift, net: u8) -> Vec<Backend> {
                         BackendState::Active
                     };
                     out.push(Backend {
-                        addr: Ipv4Addr::new(10, net, 0, host),
+                        addr: IpAddr::from([10, net, 0, host]),
                         port,
                         state,
                     });
@@ -54,10 +54,10 @@ fn random_backends(rng: &mut XorShift, net: u8) -> Vec<Backend> {
     }
 }
 
-type Endpoint = (Ipv4Addr, u16);
+type Endpoint = (IpAddr, u16);
 
-fn endpoint(b: &Backend4) -> Endpoint {
-    (Ipv4Addr::from(u32::from_be(b.addr)), u16::from_be(b.port))
+fn endpoint(b: &AbiBackend) -> Endpoint {
+    (crate::maps::ip_addr(b.addr), u16::from_be(b.port))
 }
 
 fn endpoints<'a>(bs: impl IntoIterator<Item = &'a Backend>) -> BTreeSet<Endpoint> {
@@ -78,7 +78,7 @@ fn pickable(bs: &[Backend]) -> BTreeSet<Endpoint> {
 }
 
 /// The number of slots `pick_in` chooses from.
-fn live(master: &Service4Value) -> u16 {
+fn live(master: &ServiceValue) -> u16 {
     if master.count > 0 {
         master.count
     } else {
@@ -95,7 +95,7 @@ fn live(master: &Service4Value) -> u16 {
 fn check_torn_reads(states: &[Snapshot], fe: Frontend, allowed: &BTreeSet<Endpoint>, ctx: &str) {
     let last = states.len() - 1;
     let key = |slot| service_key(fe, slot);
-    let masters: Vec<Service4Value> = states
+    let masters: Vec<ServiceValue> = states
         .iter()
         .enumerate()
         .map(|(i, s)| {
@@ -107,11 +107,11 @@ fn check_torn_reads(states: &[Snapshot], fe: Frontend, allowed: &BTreeSet<Endpoi
         })
         .collect();
     // None: the lookup failed and the program re-reads the master.
-    let lookup = |slot: u16, j: usize, m: usize| -> Option<Option<Backend4>> {
+    let lookup = |slot: u16, j: usize, m: usize| -> Option<Option<AbiBackend>> {
         let v = states[j].services.get(&key(slot))?;
         Some(states[m].backends.get(&v.backend_id).copied())
     };
-    let reaches = |b: Backend4, at: &str| {
+    let reaches = |b: AbiBackend, at: &str| {
         assert!(
             allowed.contains(&endpoint(&b)) && b.proto == fe.proto.ip_proto(),
             "{ctx}: {at} reached {b:?}, not an old or new backend"
@@ -252,7 +252,7 @@ fn torn_read_check_rejects_break_before_make() {
     // Pruning before the master switches: a reader of the old master can miss
     // a slot, and its retry reads the same old master.
     let mut early_prune = p.ops.clone();
-    let master = early_prune.iter().position(|op| phase(op) == 3).unwrap();
+    let master = early_prune.iter().position(|op| phase(op) == 4).unwrap();
     let m = early_prune.remove(master);
     early_prune.push(m);
     let states = states_of(&w, &early_prune);
@@ -266,7 +266,7 @@ fn torn_read_check_rejects_break_before_make() {
     w.set(web(), &active(&[1]));
     let p = w.plan(web(), Some(&active(&[1, 2, 3])));
     let mut master_first = p.ops.clone();
-    let master = master_first.iter().position(|op| phase(op) == 3).unwrap();
+    let master = master_first.iter().position(|op| phase(op) == 4).unwrap();
     let m = master_first.remove(master);
     master_first.insert(0, m);
     let states = states_of(&w, &master_first);

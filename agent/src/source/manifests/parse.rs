@@ -164,7 +164,7 @@ fn convert(kind: Kind, doc: Value, r: &ObjRef, path: &Path) -> Result<Object, Ma
             Ok(Object::Service(c.value))
         }
         Kind::EndpointSlice => match k8s::slice(&typed::<EndpointSlice>(doc)?)? {
-            SliceOutcome::Ipv4(c) => {
+            SliceOutcome::Ip(c) => {
                 for w in c.warnings {
                     warn!(%file, object = %r, "{w}");
                 }

@@ -1,13 +1,13 @@
 //! Manifest directory tests on a real temporary directory.
 use std::{
-    net::Ipv4Addr,
+    net::IpAddr,
     path::PathBuf,
     sync::atomic::{AtomicUsize, Ordering},
 };
 
 use super::*;
 use crate::model::{
-    EndpointSpec, Protocol, ServicePortSpec, ServiceSpec, SlicePortSpec, SliceSpec, TrafficPolicy,
+    EndpointSpec, IpFamily, Protocol, ServicePortSpec, ServiceSpec, SlicePortSpec, SliceSpec,
 };
 
 /// A fresh directory under the system temp dir, removed on drop.
@@ -67,14 +67,14 @@ spec:
 fn svc(name: &str, ip: [u8; 4], port: u16) -> ServiceSpec {
     ServiceSpec {
         id: ServiceId::new("default", name),
-        cluster_ips: vec![Ipv4Addr::from(ip)],
+        cluster_ips: vec![IpAddr::from(ip)],
         ports: vec![ServicePortSpec {
             name: "http".into(),
             port,
             proto: Protocol::Tcp,
+            node_port: None,
         }],
-        internal_policy: TrafficPolicy::Cluster,
-        external_policy: TrafficPolicy::Cluster,
+        ..ServiceSpec::default()
     }
 }
 
@@ -102,6 +102,7 @@ fn slice(name: &str, service: &str, endpoints: Vec<EndpointSpec>) -> SliceSpec {
             name: name.into(),
         },
         service: ServiceId::new("default", service),
+        family: IpFamily::V4,
         ports: vec![SlicePortSpec {
             name: "http".into(),
             port: 8080,
@@ -113,7 +114,7 @@ fn slice(name: &str, service: &str, endpoints: Vec<EndpointSpec>) -> SliceSpec {
 
 fn ready(addr: [u8; 4]) -> EndpointSpec {
     EndpointSpec {
-        addrs: vec![Ipv4Addr::from(addr)],
+        addrs: vec![IpAddr::from(addr)],
         ready: true,
         serving: true,
         terminating: false,
@@ -362,7 +363,7 @@ fn a_bad_address_costs_only_that_address() {
     d.write("s.yaml", &slice_yaml("a-1", "a", "IPv4", eps));
     let mut md = ManifestDir::new(&d.0);
     let draining = EndpointSpec {
-        addrs: vec![Ipv4Addr::new(10, 0, 0, 3)],
+        addrs: vec![IpAddr::from([10, 0, 0, 3])],
         ready: false,
         serving: true,
         terminating: true,

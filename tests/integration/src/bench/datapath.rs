@@ -111,14 +111,16 @@ impl DatapathOptions {
 enum Kind {
     Direct,
     WeirSocket,
+    WeirTc,
     Iptables(Variant),
     Nftables,
 }
 
 impl Kind {
-    const ALL: [Self; 5] = [
+    const ALL: [Self; 6] = [
         Self::Direct,
         Self::WeirSocket,
+        Self::WeirTc,
         Self::Iptables(Variant::Legacy),
         Self::Iptables(Variant::Nft),
         Self::Nftables,
@@ -128,10 +130,15 @@ impl Kind {
         match self {
             Self::Direct => (record::DIRECT, None),
             Self::WeirSocket => (record::WEIR_SOCKET, None),
+            Self::WeirTc => (record::WEIR_TC, None),
             Self::Iptables(Variant::Legacy) => (record::IPTABLES, Some("legacy")),
             Self::Iptables(Variant::Nft) => (record::IPTABLES, Some("nft")),
             Self::Nftables => (record::NFTABLES, None),
         }
+    }
+
+    fn is_weir(self) -> bool {
+        matches!(self, Self::WeirSocket | Self::WeirTc)
     }
 
     fn label(self) -> String {
@@ -142,11 +149,34 @@ impl Kind {
     }
 }
 
-/// Weir's agent and its private bpffs, for the socket-LB lab.
+/// Weir's agent and its private bpffs, for the two Weir labs.
 struct WeirState {
     bpffs: Bpffs,
     manifests: PathBuf,
-    agent: Option<Agent>,
+    agent: Option<WeirAgent>,
+}
+
+/// The socket-LB agent runs beside the test (its programs hang on the lab's
+/// cgroup); the TC agent runs in the lab's node namespace, on its devices.
+enum WeirAgent {
+    Socket(Agent),
+    Tc(lab::NodeAgent),
+}
+
+impl WeirAgent {
+    fn pid(&self) -> Option<u32> {
+        match self {
+            Self::Socket(a) => a.pid(),
+            Self::Tc(a) => a.pid(),
+        }
+    }
+
+    fn stop(&mut self, signal: i32) -> Result<()> {
+        match self {
+            Self::Socket(a) => a.stop(signal),
+            Self::Tc(a) => a.stop(signal),
+        }
+    }
 }
 
 struct Contender {
@@ -187,14 +217,13 @@ const UDP_VIP: Ipv4Addr = Ipv4Addr::new(10, 111, 255, 253);
 
 pub fn run(opts: &DatapathOptions, work: &Path) -> Result<(Vec<Record>, Vec<String>)> {
     std::fs::create_dir_all(work)?;
-    let mut notes = vec![
-        "weir-tc (per-packet TC datapath) is not measured: it does not exist until the packet-datapath issue lands.".to_owned(),
-    ];
+    let mut notes = Vec::new();
     let mut contenders = Vec::new();
     for kind in Kind::ALL {
         let lab = Lab::new(&kind.label(), opts.endpoints)?;
-        let weir = if kind == Kind::WeirSocket {
-            let dir = work.join("weir");
+        lab.full_checksums()?;
+        let weir = if kind.is_weir() {
+            let dir = work.join(kind.label());
             std::fs::create_dir_all(dir.join("manifests"))?;
             Some(WeirState {
                 bpffs: Bpffs::mount(dir.join("bpf"))?,
@@ -251,7 +280,7 @@ pub fn run(opts: &DatapathOptions, work: &Path) -> Result<(Vec<Record>, Vec<Stri
                     .map(|c| {
                         // The agent stays on this thread: it is spawned with
                         // PDEATHSIG, which fires when the spawning thread ends.
-                        if c.kind == Kind::WeirSocket {
+                        if c.kind.is_weir() {
                             Job::Done(program(c, svcs, opts))
                         } else {
                             Job::Running(scope.spawn(move || program(c, svcs, opts)))
@@ -318,7 +347,7 @@ pub fn run(opts: &DatapathOptions, work: &Path) -> Result<(Vec<Record>, Vec<Stri
         }
         for (c, s) in contenders.iter().zip(&samples) {
             if let Some(w) = &c.weir
-                && let Some(pid) = w.agent.as_ref().and_then(Agent::pid)
+                && let Some(pid) = w.agent.as_ref().and_then(WeirAgent::pid)
                 && c.skipped.is_none()
             {
                 let (rss, cpu) = proc_usage(pid)?;
@@ -397,7 +426,7 @@ fn program(c: &mut Contender, svcs: &[Svc], opts: &DatapathOptions) -> Result<Op
             })
             .map(Some)
         }
-        Kind::WeirSocket => {
+        Kind::WeirSocket | Kind::WeirTc => {
             let w = c.weir.as_mut().context("weir state")?;
             if let Some(mut a) = w.agent.take() {
                 a.stop(libc::SIGTERM)?;
@@ -407,18 +436,40 @@ fn program(c: &mut Contender, svcs: &[Svc], opts: &DatapathOptions) -> Result<Op
             let m = svcs.iter().map(|s| s.endpoints.len() + 1).sum::<usize>() + 1024;
             let b = svcs.iter().map(|s| s.endpoints.len()).sum::<usize>() + 1024;
             let (max_s, max_b) = (m.to_string(), b.to_string());
+            let pins = w.bpffs.dir.join("weir");
+            let log = w
+                .bpffs
+                .dir
+                .parent()
+                .unwrap_or(&w.bpffs.dir)
+                .join("agent.log");
+            let limits = ["--max-services", &max_s, "--max-backends", &max_b];
             let t = Instant::now();
-            let agent = Agent::start_with(
-                &w.manifests,
-                &c.lab.cgroup.path,
-                &w.bpffs.dir.join("weir"),
-                w.bpffs
-                    .dir
-                    .parent()
-                    .unwrap_or(&w.bpffs.dir)
-                    .join("agent.log"),
-                &["--max-services", &max_s, "--max-backends", &max_b],
-            )?;
+            let agent = if c.kind == Kind::WeirSocket {
+                WeirAgent::Socket(Agent::start_with(
+                    &w.manifests,
+                    &c.lab.cgroup.path,
+                    &pins,
+                    log,
+                    &limits,
+                )?)
+            } else {
+                // No socket hooks on the lab's cgroup: every Service
+                // connection leaves the client as packets to the VIP and is
+                // translated by TC on vc, its replies by TC on br0.
+                let (m, cg, p) = (
+                    w.manifests.display().to_string(),
+                    c.lab.cgroup.path.display().to_string(),
+                    pins.display().to_string(),
+                );
+                let mut args = vec!["--manifests", &m, "--cgroup", &cg, "--bpffs", &p];
+                args.extend(["--socket-lb=false", "--devices", lab::NODE_DEVICES]);
+                args.extend(limits);
+                WeirAgent::Tc(
+                    c.lab
+                        .start_node_agent(&args, &log, Duration::from_secs(300))?,
+                )
+            };
             let took = t.elapsed();
             w.agent = Some(agent);
             Ok(Some(took))
@@ -546,7 +597,7 @@ fn update(c: &mut Contender, svcs: &[Svc], round: u32) -> Result<Option<Duration
             rules::load_nft(&netns, &input)?;
             return Ok(Some(started.elapsed()));
         }
-        Kind::WeirSocket => {}
+        Kind::WeirSocket | Kind::WeirTc => {}
     }
     let w = c.weir.as_ref().context("weir state")?;
     let map = ServicesMap::open(&w.bpffs.dir.join("weir"))?;

@@ -9,13 +9,15 @@
 //!                                                                         └── be2 10.77.0.12:8080
 //! ```
 use std::{
+    fs::OpenOptions,
     net::Ipv4Addr,
     path::{Path, PathBuf},
-    process::Command,
+    process::{Child, Command, Stdio},
     sync::atomic::{AtomicU32, Ordering},
+    time::{Duration, Instant},
 };
 
-use anyhow::Result;
+use anyhow::{Context as _, Result, bail};
 
 use crate::{
     bin,
@@ -28,6 +30,10 @@ use crate::{
 pub const CLIENT_IP: Ipv4Addr = Ipv4Addr::new(10, 78, 0, 2);
 pub const BACKEND_PORT: u16 = 8080;
 pub const BACKEND_UDP_PORT: u16 = 5353;
+/// The node's devices whose ingress carries Service traffic, for the
+/// per-packet datapath: `vc` (client → frontend) and `br0` (backend replies,
+/// which arrive on a bridge port and reach the node through the bridge).
+pub const NODE_DEVICES: &str = "vc,br0";
 
 pub struct Lab {
     pub name: String,
@@ -92,6 +98,18 @@ impl Lab {
         Ok(())
     }
 
+    /// Full checksums on every packet the client and the backends send, as
+    /// from a real NIC: a veth otherwise hands CHECKSUM_PARTIAL packets to the
+    /// node's TC programs (the packet tests do the same).
+    pub fn full_checksums(&self) -> Result<()> {
+        for ns in std::iter::once(&self.client).chain(&self._backend_ns) {
+            ns.sh("ethtool -K eth0 tx off >/dev/null").map_err(|e| {
+                e.context("ethtool is needed (Debian package ethtool; cargo xtask setup)")
+            })?;
+        }
+        Ok(())
+    }
+
     /// `weir-loadgen` in the client namespace, inside the lab's cgroup.
     pub fn loadgen(&self) -> Command {
         let mut c = Command::new("sh");
@@ -105,6 +123,97 @@ impl Lab {
 
     pub fn node_path(&self) -> PathBuf {
         PathBuf::from(self.node.path())
+    }
+
+    /// Starts `weir-agent ARGS` inside the node namespace, where the
+    /// per-packet programs attach to the node's devices, and waits (up to
+    /// `timeout`) for its first full sync. Its /metrics and /healthz listen on
+    /// the node namespace's own loopback.
+    pub fn start_node_agent(
+        &self,
+        args: &[&str],
+        log: &Path,
+        timeout: Duration,
+    ) -> Result<NodeAgent> {
+        let before = std::fs::metadata(log).map_or(0, |m| m.len() as usize);
+        let stderr = OpenOptions::new().create(true).append(true).open(log)?;
+        let mut cmd = Command::new("nsenter");
+        cmd.arg(format!("--net={}", self.node.path()))
+            .arg(bin("weir-agent"))
+            .args(["--metrics-addr", "127.0.0.1:10249"])
+            .args(["--healthz-addr", "127.0.0.1:10256"])
+            .args(args);
+        // SAFETY: prctl is async-signal-safe. The kernel kills the agent if
+        // the spawning thread dies before the guard runs.
+        unsafe {
+            use std::os::unix::process::CommandExt as _;
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        // nsenter execs the agent: the child's pid is the agent's.
+        let child = cmd
+            .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .context("starting weir-agent (build it: cargo build -p weir-agent)")?;
+        let mut agent = NodeAgent {
+            child: Some(child),
+            log: log.to_path_buf(),
+        };
+        let deadline = Instant::now() + timeout;
+        loop {
+            let text = std::fs::read_to_string(log).unwrap_or_default();
+            let tail = text.get(before..).unwrap_or("");
+            if tail.contains("initial sync complete") {
+                return Ok(agent);
+            }
+            if let Some(status) = agent
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                bail!("weir-agent exited with {status}:\n{tail}");
+            }
+            if Instant::now() > deadline {
+                bail!("weir-agent did not sync within {timeout:?}:\n{tail}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// A `weir-agent` in a lab's node namespace; killed on drop.
+pub struct NodeAgent {
+    child: Option<Child>,
+    pub log: PathBuf,
+}
+
+impl NodeAgent {
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Stops the agent with `signal` and waits for it to exit.
+    pub fn stop(&mut self, signal: i32) -> Result<()> {
+        if let Some(mut c) = self.child.take() {
+            // SAFETY: kill has no memory-safety preconditions.
+            unsafe { libc::kill(i32::try_from(c.id())?, signal) };
+            c.wait()?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for NodeAgent {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
     }
 }
 

@@ -22,6 +22,13 @@ struct Args {
     /// Keep going for this long instead of `count` attempts.
     #[arg(long)]
     duration_ms: Option<u64>,
+    /// What UDP datagrams carry: weir-testsrv answers `who` with its name and
+    /// `peer` with its name and the source address it saw.
+    #[arg(long, default_value = "who")]
+    payload: String,
+    /// `udp-stream`: pause between two sends on the one socket.
+    #[arg(long, default_value_t = 100)]
+    interval_ms: u64,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -29,6 +36,11 @@ enum Mode {
     Tcp,
     Udp,
     UdpConnected,
+    /// One connected UDP socket for the whole run, as a DNS stub resolver
+    /// keeps: a send every `--interval-ms`; after an error (a destroyed socket
+    /// reports ECONNABORTED) it connects again, as such a client does. Each
+    /// outcome is also printed on stderr as it happens.
+    UdpStream,
 }
 
 #[derive(Default, Serialize)]
@@ -41,6 +53,9 @@ struct Report {
     peer_mismatch: u32,
     /// The slowest failed attempt, to tell refusals from timeouts.
     max_error_ms: u64,
+    /// `udp-stream`: every attempt in order, the backend's answer or the error.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    sequence: Vec<String>,
 }
 
 const TIMEOUT: Duration = Duration::from_secs(2);
@@ -48,6 +63,11 @@ const TIMEOUT: Duration = Duration::from_secs(2);
 fn main() {
     let args = Args::parse();
     let mut report = Report::default();
+    if matches!(args.mode, Mode::UdpStream) {
+        udp_stream(&args, &mut report);
+        println!("{}", serde_json::to_string(&report).unwrap_or_default());
+        return;
+    }
     let start = Instant::now();
     let deadline = args.duration_ms.map(|ms| start + Duration::from_millis(ms));
     loop {
@@ -60,8 +80,8 @@ fn main() {
         let t = Instant::now();
         let res = match args.mode {
             Mode::Tcp => tcp(args.target),
-            Mode::Udp => udp(args.target, false),
-            Mode::UdpConnected => udp(args.target, true),
+            Mode::Udp => udp(args.target, false, &args.payload),
+            Mode::UdpConnected | Mode::UdpStream => udp(args.target, true, &args.payload),
         };
         match res {
             Ok((name, peer)) => {
@@ -99,17 +119,70 @@ fn tcp(target: SocketAddr) -> io::Result<(String, SocketAddr)> {
     Ok((body, peer))
 }
 
-fn udp(target: SocketAddr, connected: bool) -> io::Result<(String, SocketAddr)> {
-    let s = UdpSocket::bind("0.0.0.0:0")?;
+fn udp_stream(args: &Args, report: &mut Report) {
+    let deadline = Instant::now() + Duration::from_millis(args.duration_ms.unwrap_or(5000));
+    let interval = Duration::from_millis(args.interval_ms);
+    let mut sock: Option<UdpSocket> = None;
+    let mut buf = [0u8; 512];
+    while Instant::now() < deadline {
+        report.attempts += 1;
+        let t = Instant::now();
+        let res = (|| -> io::Result<String> {
+            if sock.is_none() {
+                let s = UdpSocket::bind(any_addr(args.target))?;
+                s.set_read_timeout(Some(interval.max(Duration::from_millis(200))))?;
+                s.connect(args.target)?;
+                sock = Some(s);
+            }
+            let s = sock.as_ref().expect("just set");
+            s.send(args.payload.as_bytes())?;
+            let n = s.recv(&mut buf)?;
+            Ok(String::from_utf8_lossy(&buf[..n]).trim().to_owned())
+        })();
+        match res {
+            Ok(name) => {
+                report.ok += 1;
+                *report.backends.entry(name.clone()).or_default() += 1;
+                eprintln!("{name}");
+                report.sequence.push(name);
+            }
+            Err(e) => {
+                let err = errno_name(&e);
+                // A timeout keeps the socket, as a stuck client would; any other
+                // error makes it connect again.
+                if err != "timeout" {
+                    sock = None;
+                }
+                *report.errors.entry(err.clone()).or_default() += 1;
+                eprintln!("error:{err}");
+                report.sequence.push(format!("error:{err}"));
+                report.max_error_ms = report.max_error_ms.max(t.elapsed().as_millis() as u64);
+            }
+        }
+        std::thread::sleep(interval.saturating_sub(t.elapsed()));
+    }
+}
+
+/// The wildcard address of `target`'s family.
+fn any_addr(target: SocketAddr) -> SocketAddr {
+    if target.is_ipv6() {
+        "[::]:0".parse().expect("valid")
+    } else {
+        "0.0.0.0:0".parse().expect("valid")
+    }
+}
+
+fn udp(target: SocketAddr, connected: bool, payload: &str) -> io::Result<(String, SocketAddr)> {
+    let s = UdpSocket::bind(any_addr(target))?;
     s.set_read_timeout(Some(TIMEOUT))?;
     let mut buf = [0u8; 512];
     let (n, peer) = if connected {
         s.connect(target)?;
         let peer = s.peer_addr()?;
-        s.send(b"who")?;
+        s.send(payload.as_bytes())?;
         (s.recv(&mut buf)?, peer)
     } else {
-        s.send_to(b"who", target)?;
+        s.send_to(payload.as_bytes(), target)?;
         s.recv_from(&mut buf)?
     };
     Ok((String::from_utf8_lossy(&buf[..n]).trim().to_owned(), peer))
@@ -121,6 +194,8 @@ fn errno_name(e: &io::Error) -> String {
         Some(libc::ENETUNREACH) => "ENETUNREACH".into(),
         Some(libc::EHOSTUNREACH) => "EHOSTUNREACH".into(),
         Some(libc::EPERM) => "EPERM".into(),
+        Some(libc::ECONNABORTED) => "ECONNABORTED".into(),
+        Some(libc::EDESTADDRREQ) => "EDESTADDRREQ".into(),
         Some(libc::ETIMEDOUT | libc::EAGAIN) => "timeout".into(),
         Some(n) => format!("errno {n}"),
         None => format!("{:?}", e.kind()),

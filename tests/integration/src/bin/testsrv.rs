@@ -1,12 +1,21 @@
 //! A backend for tests and the demo: answers every TCP connection with a minimal
 //! HTTP response and every UDP datagram with a datagram, both carrying its name.
+//!
+//! It listens on IPv4 and, where the namespace has IPv6, on IPv6 too. Two
+//! requests say more than the name, for the packet-datapath tests:
+//! - `GET /peer` answers `<name> <peer ip>`: the source address the server saw,
+//!   which tells a preserved client address from a SNAT address; a UDP datagram
+//!   `peer` is answered the same way.
+//! - `GET /stream?lines=N&ms=M` sends `<name> <i>` lines, one every M ms: a long
+//!   TCP stream.
 use std::{
     io::{Read as _, Write as _},
-    net::{Ipv4Addr, TcpListener, TcpStream, UdpSocket},
+    net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, UdpSocket},
     time::Duration,
 };
 
 use clap::Parser;
+use socket2::{Domain, Protocol, Socket, Type};
 
 #[derive(Parser)]
 struct Args {
@@ -22,19 +31,58 @@ fn main() -> std::io::Result<()> {
     let args = Args::parse();
     let tcp = TcpListener::bind((Ipv4Addr::UNSPECIFIED, args.tcp))?;
     let udp = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, args.udp))?;
-    let name = args.name.clone();
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 1500];
-        while let Ok((_, from)) = udp.recv_from(&mut buf) {
-            let _ = udp.send_to(name.as_bytes(), from);
-        }
-    });
-    println!("ready");
-    for stream in tcp.incoming().flatten() {
+    // IPv6 is optional: a namespace without it still gets its IPv4 server.
+    let tcp6 = v6_socket(Type::STREAM, args.tcp)
+        .map(TcpListener::from)
+        .ok();
+    let udp6 = v6_socket(Type::DGRAM, args.udp).map(UdpSocket::from).ok();
+    for udp in std::iter::once(udp).chain(udp6) {
         let name = args.name.clone();
+        std::thread::spawn(move || serve_udp(&udp, &name));
+    }
+    if let Some(tcp6) = tcp6 {
+        let name = args.name.clone();
+        std::thread::spawn(move || accept(&tcp6, &name));
+    }
+    println!("ready");
+    accept(&tcp, &args.name);
+    Ok(())
+}
+
+/// An IPv6-only socket on `[::]:port`, so it never collides with the IPv4 one.
+fn v6_socket(ty: Type, port: u16) -> std::io::Result<Socket> {
+    let proto = if ty == Type::STREAM {
+        Protocol::TCP
+    } else {
+        Protocol::UDP
+    };
+    let s = Socket::new(Domain::IPV6, ty, Some(proto))?;
+    s.set_only_v6(true)?;
+    s.set_reuse_address(true)?;
+    s.bind(&SocketAddr::from((Ipv6Addr::UNSPECIFIED, port)).into())?;
+    if ty == Type::STREAM {
+        s.listen(1024)?;
+    }
+    Ok(s)
+}
+
+fn serve_udp(udp: &UdpSocket, name: &str) {
+    let mut buf = [0u8; 1500];
+    while let Ok((n, from)) = udp.recv_from(&mut buf) {
+        let answer = if buf[..n].starts_with(b"peer") {
+            format!("{name} {}", from.ip().to_canonical())
+        } else {
+            name.to_owned()
+        };
+        let _ = udp.send_to(answer.as_bytes(), from);
+    }
+}
+
+fn accept(tcp: &TcpListener, name: &str) {
+    for stream in tcp.incoming().flatten() {
+        let name = name.to_owned();
         std::thread::spawn(move || serve(stream, &name));
     }
-    Ok(())
 }
 
 fn serve(mut s: TcpStream, name: &str) {
@@ -47,10 +95,48 @@ fn serve(mut s: TcpStream, name: &str) {
             Ok(n) => req.extend_from_slice(&buf[..n]),
         }
     }
-    let body = format!("{name}\n");
+    let req = String::from_utf8_lossy(&req);
+    let path = req.split_whitespace().nth(1).unwrap_or("/");
+    if let Some(query) = path.strip_prefix("/stream") {
+        stream(s, name, query);
+        return;
+    }
+    let body = if path.starts_with("/peer") {
+        let peer = s.peer_addr().map(|p| p.ip().to_canonical().to_string());
+        format!("{name} {}\n", peer.unwrap_or_default())
+    } else {
+        format!("{name}\n")
+    };
     let _ = write!(
         s,
         "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
+}
+
+/// `?lines=N&ms=M`: N lines `<name> <i>`, one every M milliseconds.
+fn stream(mut s: TcpStream, name: &str, query: &str) {
+    let param = |key: &str, default: u64| {
+        query
+            .trim_start_matches('?')
+            .split('&')
+            .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('=')?.parse().ok())
+            .unwrap_or(default)
+    };
+    let (lines, ms) = (param("lines", 50), param("ms", 100));
+    let _ = s.set_nodelay(true);
+    if write!(
+        s,
+        "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\n"
+    )
+    .is_err()
+    {
+        return;
+    }
+    for i in 0..lines {
+        if writeln!(s, "{name} {i}").is_err() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(ms));
+    }
 }

@@ -1,0 +1,346 @@
+//! The conntrack garbage collector.
+//!
+//! The datapath writes two entries per flow (forward and reply) and refreshes
+//! their `expires` on every packet, but never deletes anything: finding out
+//! that a flow is over needs a clock and a sweep, which belong in userspace.
+//! LRU eviction alone would keep dead flows until the map is full, and then
+//! evict live ones as readily as dead ones. So every `--ct-gc-interval` the
+//! agent walks both tables and deletes each flow whose two entries have both
+//! expired. Deleting only complete pairs matters: a flow that is idle in one
+//! direction but alive in the other (a UDP stream that only the client sends
+//! on, say) keeps its reply entry, so a late reply is still translated.
+use std::{
+    collections::{HashMap, HashSet},
+    io,
+    path::Path,
+    time::Duration,
+};
+
+use aya::maps::{HashMap as BpfHashMap, Map, MapData, MapError};
+use tracing::{debug, info, warn};
+use weir_abi::{CT_DIR_FORWARD, CT_DIR_REPLY, CtKey, CtValue};
+
+#[derive(Debug, thiserror::Error)]
+pub enum CtGcError {
+    #[error("cannot open conntrack map {map}")]
+    Open {
+        map: &'static str,
+        #[source]
+        source: MapError,
+    },
+    #[error("cannot read conntrack map {map}")]
+    Read {
+        map: &'static str,
+        #[source]
+        source: MapError,
+    },
+}
+
+/// What one sweep of one table did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GcReport {
+    /// `"tcp"` or `"udp"` (the UDP table also holds SCTP).
+    pub proto: &'static str,
+    /// Entries found before deleting.
+    pub entries: usize,
+    /// Entries deleted.
+    pub deleted: usize,
+}
+
+/// The two pinned conntrack tables.
+pub struct CtGc {
+    tables: Vec<(
+        &'static str,
+        &'static str,
+        BpfHashMap<MapData, CtKey, CtValue>,
+    )>,
+}
+
+impl CtGc {
+    /// Opens `WEIR_CT_TCP` and `WEIR_CT_UDP` pinned in `maps_dir`.
+    pub fn open(maps_dir: &Path) -> Result<Self, CtGcError> {
+        let mut tables = Vec::new();
+        for (proto, map) in [("tcp", weir_abi::MAP_CT_TCP), ("udp", weir_abi::MAP_CT_UDP)] {
+            tables.push((proto, map, open_ct(maps_dir, map)?));
+        }
+        Ok(Self { tables })
+    }
+
+    /// Every entry of both tables (for `weir-agent inspect conntrack`).
+    pub fn entries(&self) -> Result<Vec<(CtKey, CtValue)>, CtGcError> {
+        let mut out = Vec::new();
+        for (_, map, table) in &self.tables {
+            out.extend(read_ct(table, map)?);
+        }
+        Ok(out)
+    }
+
+    /// One sweep of both tables against `now` (CLOCK_MONOTONIC seconds).
+    pub fn collect(&mut self, now: u32) -> Result<Vec<GcReport>, CtGcError> {
+        let mut reports = Vec::new();
+        for (proto, map, table) in &mut self.tables {
+            let entries = read_ct(table, map)?;
+            let doomed = doomed(&entries, now);
+            let mut deleted = 0;
+            for key in &doomed {
+                // Absent: the datapath's LRU evicted it meanwhile; fine.
+                if table.remove(key).is_ok() {
+                    deleted += 1;
+                }
+            }
+            reports.push(GcReport {
+                proto,
+                entries: entries.len(),
+                deleted,
+            });
+        }
+        Ok(reports)
+    }
+
+    /// Sweeps every `interval` on a thread of its own (a sweep is up to a
+    /// million bpf() calls, which must not stall the async runtime), handing
+    /// each table's report to `observe` (metrics).
+    pub fn spawn(
+        mut self,
+        interval: Duration,
+        observe: impl Fn(&GcReport) + Send + 'static,
+    ) -> io::Result<()> {
+        info!(?interval, "conntrack garbage collection on");
+        std::thread::Builder::new()
+            .name("weir-ct-gc".into())
+            .spawn(move || {
+                let mut failing = false;
+                loop {
+                    // Sweep first: flows an earlier agent left expired go now,
+                    // and the gauges have values from the start.
+                    match self.collect(monotonic_secs()) {
+                        Ok(reports) => {
+                            failing = false;
+                            for r in &reports {
+                                observe(r);
+                                debug!(proto = r.proto, entries = r.entries, deleted = r.deleted, "conntrack sweep");
+                            }
+                        }
+                        // Logged once per failure streak: a broken map stays broken.
+                        Err(e) if !failing => {
+                            failing = true;
+                            warn!("conntrack garbage collection failed: {e}; retrying every {interval:?}");
+                        }
+                        Err(_) => {}
+                    }
+                    std::thread::sleep(interval);
+                }
+            })
+            .map(drop)
+    }
+}
+
+fn open_ct(
+    dir: &Path,
+    map: &'static str,
+) -> Result<BpfHashMap<MapData, CtKey, CtValue>, CtGcError> {
+    let err = |source| CtGcError::Open { map, source };
+    let data = MapData::from_pin(dir.join(map)).map_err(err)?;
+    let m = Map::from_map_data(data).map_err(err)?;
+    BpfHashMap::try_from(m).map_err(err)
+}
+
+/// Every entry of one table. Flows come and go during the walk; the kernel
+/// restarts a walk whose cursor was deleted, so the walk is capped rather than
+/// trusted to end by itself under heavy churn.
+pub fn read_ct(
+    table: &BpfHashMap<MapData, CtKey, CtValue>,
+    map: &'static str,
+) -> Result<HashMap<CtKey, CtValue>, CtGcError> {
+    use aya::maps::IterableMap as _;
+    let cap = table
+        .map()
+        .info()
+        .map_or(weir_abi::DEFAULT_MAX_CT as usize, |i| {
+            i.max_entries() as usize
+        })
+        .saturating_mul(2);
+    let mut out = HashMap::new();
+    for item in table.iter().take(cap) {
+        let (k, v) = item.map_err(|source| CtGcError::Read { map, source })?;
+        out.insert(k, v);
+    }
+    Ok(out)
+}
+
+/// The key of the other entry of `key`'s flow, derived from its value
+/// (see [`weir_abi::CtValue`]).
+pub fn peer_key(key: &CtKey, value: &CtValue) -> CtKey {
+    // The two directions are symmetric: a forward value rewrites towards the
+    // backend from the (SNAT or client) source, which is exactly the reply's
+    // tuple reversed; a reply value rewrites towards the client from the
+    // frontend, the forward tuple reversed.
+    CtKey {
+        saddr: value.nat_daddr,
+        daddr: value.nat_saddr,
+        sport: value.nat_dport,
+        dport: value.nat_sport,
+        proto: key.proto,
+        dir: if key.dir == CT_DIR_FORWARD {
+            CT_DIR_REPLY
+        } else {
+            CT_DIR_FORWARD
+        },
+        _pad: [0; 2],
+    }
+}
+
+/// Whether `value` has expired at `now` (both in CLOCK_MONOTONIC seconds).
+pub const fn expired(value: &CtValue, now: u32) -> bool {
+    value.expires < now
+}
+
+/// The keys to delete at `now`: every expired entry whose peer is expired or
+/// gone (LRU may have evicted it), together with that peer.
+pub fn doomed(entries: &HashMap<CtKey, CtValue>, now: u32) -> Vec<CtKey> {
+    let mut out = HashSet::new();
+    for (k, v) in entries {
+        if !expired(v, now) || out.contains(k) {
+            continue;
+        }
+        let peer = peer_key(k, v);
+        match entries.get(&peer) {
+            Some(pv) if !expired(pv, now) => {}
+            Some(_) => {
+                out.insert(*k);
+                out.insert(peer);
+            }
+            None => {
+                out.insert(*k);
+            }
+        }
+    }
+    let mut out: Vec<_> = out.into_iter().collect();
+    out.sort_unstable();
+    out
+}
+
+/// `CLOCK_MONOTONIC` in whole seconds, the clock `bpf_ktime_get_ns()` reads.
+pub fn monotonic_secs() -> u32 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec we pass; CLOCK_MONOTONIC
+    // always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut ts) };
+    u32::try_from(ts.tv_sec).unwrap_or(u32::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use weir_abi::{Addr, PROTO_UDP};
+
+    use super::*;
+
+    fn a(last: u8) -> Addr {
+        Addr::from_v4(u32::from_ne_bytes([10, 0, 0, last]))
+    }
+
+    /// A client 10.0.0.1:4000 → frontend 10.0.0.100:53, backend 10.0.0.2:5353,
+    /// SNAT to 10.0.0.3:4000. Forward and reply entries with the given expiries.
+    fn flow(fwd_exp: u32, rep_exp: u32) -> [(CtKey, CtValue); 2] {
+        let fwd_k = CtKey {
+            saddr: a(1),
+            daddr: a(100),
+            sport: 4000u16.to_be(),
+            dport: 53u16.to_be(),
+            proto: PROTO_UDP,
+            dir: CT_DIR_FORWARD,
+            ..CtKey::default()
+        };
+        let fwd_v = CtValue {
+            nat_daddr: a(2),
+            nat_saddr: a(3),
+            nat_dport: 5353u16.to_be(),
+            nat_sport: 4000u16.to_be(),
+            expires: fwd_exp,
+            ..CtValue::default()
+        };
+        let rep_k = CtKey {
+            saddr: a(2),
+            daddr: a(3),
+            sport: 5353u16.to_be(),
+            dport: 4000u16.to_be(),
+            proto: PROTO_UDP,
+            dir: CT_DIR_REPLY,
+            ..CtKey::default()
+        };
+        let rep_v = CtValue {
+            nat_daddr: a(1),
+            nat_saddr: a(100),
+            nat_dport: 4000u16.to_be(),
+            nat_sport: 53u16.to_be(),
+            expires: rep_exp,
+            ..CtValue::default()
+        };
+        [(fwd_k, fwd_v), (rep_k, rep_v)]
+    }
+
+    #[test]
+    fn peers_point_at_each_other() {
+        let [(fk, fv), (rk, rv)] = flow(0, 0);
+        assert_eq!(peer_key(&fk, &fv), rk);
+        assert_eq!(peer_key(&rk, &rv), fk);
+    }
+
+    #[test]
+    fn deletes_pairs_only_when_both_expired() {
+        let now = 1000;
+        for (fwd, rep, gone) in [
+            (999, 999, 2),
+            (999, 1000, 0),
+            (1000, 999, 0),
+            (2000, 2000, 0),
+        ] {
+            let m: HashMap<_, _> = flow(fwd, rep).into_iter().collect();
+            assert_eq!(doomed(&m, now).len(), gone, "fwd {fwd} rep {rep}");
+        }
+    }
+
+    #[test]
+    fn orphans_go_once_expired() {
+        let [fwd, rep] = flow(5, 5);
+        for entry in [fwd, rep] {
+            let m: HashMap<_, _> = [entry].into_iter().collect();
+            assert_eq!(doomed(&m, 10), vec![entry.0]);
+            assert!(doomed(&m, 5).is_empty());
+        }
+    }
+
+    #[test]
+    fn unrelated_flows_are_independent() {
+        let mut m: HashMap<_, _> = flow(1, 1).into_iter().collect();
+        let [(mut k, v), (mut rk, rv)] = flow(100, 100);
+        k.sport = 4001u16.to_be();
+        rk.dport = 4001u16.to_be();
+        m.insert(
+            k,
+            CtValue {
+                nat_sport: 4001u16.to_be(),
+                ..v
+            },
+        );
+        m.insert(
+            rk,
+            CtValue {
+                nat_dport: 4001u16.to_be(),
+                ..rv
+            },
+        );
+        assert_eq!(doomed(&m, 50).len(), 2);
+        assert!(!doomed(&m, 50).contains(&k));
+    }
+
+    #[test]
+    fn monotonic_clock_moves_forward() {
+        let t = monotonic_secs();
+        assert!(t > 0);
+        assert!(monotonic_secs() >= t);
+    }
+}

@@ -1,0 +1,140 @@
+//! The cgroup socket hooks (`--socket-lb`): ClusterIP translated once per
+//! connect()/sendmsg() instead of per packet.
+use std::{
+    fs::File,
+    io,
+    os::fd::{AsFd, OwnedFd},
+    path::Path,
+};
+
+use aya::{
+    Ebpf,
+    programs::{CgroupAttachMode, CgroupSockAddr, ProgramError, links::FdLink},
+};
+use tracing::info;
+
+use super::{
+    LoadError, links,
+    loader::{CGROUP2_SUPER_MAGIC, fs_magic},
+    pins::{Hook, Pins},
+};
+
+/// Refuses a `--cgroup` that is not a cgroup v2 directory; checked before
+/// anything is loaded.
+pub(super) fn check_cgroup(cgroup_path: &Path) -> Result<(), LoadError> {
+    if fs_magic(cgroup_path) == Some(CGROUP2_SUPER_MAGIC) {
+        Ok(())
+    } else {
+        Err(LoadError::NotCgroup2 {
+            path: cgroup_path.to_path_buf(),
+        })
+    }
+}
+
+/// Loads the eight socket programs and puts each on its hook of `cgroup`.
+pub(super) fn attach(ebpf: &mut Ebpf, pins: &Pins, cgroup_path: &Path) -> Result<(), LoadError> {
+    check_cgroup(cgroup_path)?;
+    let cgroup_err = |source| LoadError::Cgroup {
+        path: cgroup_path.to_path_buf(),
+        source,
+    };
+    let cgroup = File::open(cgroup_path).map_err(cgroup_err)?;
+    let cgroup_id = links::cgroup_id(cgroup_path).map_err(cgroup_err)?;
+    for hook in Hook::ALL {
+        let name = hook.program();
+        let prog: &mut CgroupSockAddr = ebpf
+            .program_mut(name)
+            .ok_or(LoadError::MissingProgram { name })?
+            .try_into()
+            .map_err(|source| LoadError::Program { name, source })?;
+        prog.load()
+            .map_err(|source| LoadError::Program { name, source })?;
+        install(pins, hook, prog, &cgroup, cgroup_id)?;
+    }
+    Ok(())
+}
+
+/// `--socket-lb=false`: takes the hooks a previous run left pinned off their
+/// cgroup, so the setting means what it says after a restart too.
+pub(super) fn detach_pinned(pins: &Pins) -> Result<usize, LoadError> {
+    let mut n = 0;
+    for hook in Hook::ALL {
+        for path in [pins.link(hook), pins.staging_link(hook)] {
+            if super::netdev::detach_and_unpin(&path).map_err(|source| LoadError::Link {
+                hook: hook.pin_name(),
+                path: path.clone(),
+                source,
+            })? {
+                info!(
+                    hook = hook.pin_name(),
+                    "socket load balancing off: detached pinned link"
+                );
+                n += 1;
+            }
+        }
+    }
+    Ok(n)
+}
+
+/// Puts `prog` on `hook` of the cgroup. An existing pinned link on the same
+/// cgroup gets the new program atomically; otherwise a new link is attached and
+/// pinned before any old one is detached.
+fn install(
+    pins: &Pins,
+    hook: Hook,
+    prog: &mut CgroupSockAddr,
+    cgroup: &File,
+    cgroup_id: u64,
+) -> Result<(), LoadError> {
+    let path = pins.link(hook);
+    let link_err = |source: io::Error| LoadError::Link {
+        hook: hook.pin_name(),
+        path: path.clone(),
+        source,
+    };
+    let prog_err = |source: ProgramError| LoadError::Program {
+        name: hook.program(),
+        source,
+    };
+    let prog_fd: OwnedFd = prog
+        .fd()
+        .map_err(prog_err)?
+        .as_fd()
+        .try_clone_to_owned()
+        .map_err(link_err)?;
+
+    let old = match links::open_pinned(&path) {
+        Ok(fd) => Some(fd),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(e) => return Err(link_err(e)),
+    };
+    if let Some(old) = &old {
+        let info = links::cgroup_link_info(old.as_fd()).map_err(link_err)?;
+        if let Some(info) = info
+            && info.cgroup_id == cgroup_id
+            && info.attach_type == hook.attach_type() as u32
+        {
+            links::update_program(old.as_fd(), prog_fd.as_fd()).map_err(link_err)?;
+            info!(hook = hook.pin_name(), "took over pinned link");
+            return Ok(());
+        }
+    }
+
+    let id = prog
+        .attach(cgroup, CgroupAttachMode::Single)
+        .map_err(prog_err)?;
+    let link = prog.take_link(id).map_err(prog_err)?;
+    let link = FdLink::try_from(link).map_err(|e| link_err(io::Error::other(e)))?;
+    let staging = pins.staging_link(hook);
+    let _ = std::fs::remove_file(&staging);
+    link.pin(&staging)
+        .map_err(|e| link_err(io::Error::other(e)))?;
+    if let Some(old) = old {
+        // The old link served another cgroup (or none): retire it only now
+        // that the new one is live.
+        let _ = links::detach(old.as_fd());
+    }
+    std::fs::rename(&staging, &path).map_err(link_err)?;
+    info!(hook = hook.pin_name(), "attached and pinned link");
+    Ok(())
+}

@@ -1,0 +1,122 @@
+//! The frontends of one valid Service: one per cluster IP, node address
+//! (NodePort), load-balancer IP and external IP, per port and family.
+use std::collections::HashSet;
+
+use super::backends::{backends_for, candidates, local_ready};
+use crate::model::{
+    Backend, DesiredFrontend, Frontend, FrontendKind, IpFamily, NodeInfo, ServiceSpec, ServiceType,
+    SliceSpec, TrafficPolicy,
+};
+
+/// What a Service should look like in the datapath and around it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DesiredService {
+    pub frontends: Vec<DesiredFrontend>,
+    /// Set for LoadBalancer Services with `externalTrafficPolicy: Local` and a
+    /// `healthCheckNodePort`.
+    pub health_check: Option<HealthCheck>,
+}
+
+/// What the healthCheckNodePort server answers for a Service.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HealthCheck {
+    pub node_port: u16,
+    /// This node's ready endpoints; the load balancer sends traffic only
+    /// while it is above 0.
+    pub local_endpoints: usize,
+}
+
+pub fn desired(svc: &ServiceSpec, slices: &[&SliceSpec], node: &NodeInfo) -> DesiredService {
+    let families = svc.families();
+    let mut out = Vec::new();
+    let mut seen = HashSet::new();
+    // eTP=Local only exists for Services with node ports (the converter
+    // resets it otherwise); it then covers all their external frontends.
+    let local = svc.external_policy == TrafficPolicy::Local;
+    for port in &svc.ports {
+        for &family in &families {
+            let cands = candidates(slices, family, &port.name, port.proto);
+            let internal = backends_for(&cands, svc.internal_policy, node);
+            let external = if svc.external_policy == svc.internal_policy {
+                internal.clone()
+            } else {
+                backends_for(&cands, svc.external_policy, node)
+            };
+            let of_family = |ips: &[std::net::IpAddr]| -> Vec<std::net::IpAddr> {
+                ips.iter()
+                    .copied()
+                    .filter(|ip| IpFamily::of(ip) == family)
+                    .collect()
+            };
+            let mut add = |addr, port_number, kind, backends: &Vec<Backend>| {
+                let frontend = Frontend {
+                    addr,
+                    port: port_number,
+                    proto: port.proto,
+                };
+                // The first kind to claim an address:port wins (a node address
+                // that is also a load-balancer IP, say); see the order below.
+                if !seen.insert(frontend) {
+                    return;
+                }
+                out.push(DesiredFrontend {
+                    frontend,
+                    backends: backends.clone(),
+                    kind,
+                    local: local && kind != FrontendKind::ClusterIp,
+                    affinity: svc.affinity,
+                    source_ranges: if kind == FrontendKind::LoadBalancer {
+                        svc.source_ranges
+                            .iter()
+                            .copied()
+                            .filter(|c| c.family() == family)
+                            .collect()
+                    } else {
+                        Vec::new()
+                    },
+                });
+            };
+            for ip in of_family(&svc.cluster_ips) {
+                add(ip, port.port, FrontendKind::ClusterIp, &internal);
+            }
+            if let Some(node_port) = port.node_port.filter(|_| svc.kind.has_node_ports()) {
+                for ip in of_family(&node.addresses) {
+                    add(ip, node_port, FrontendKind::NodePort, &external);
+                }
+            }
+            // Load-balancer IPs before external IPs: if one address is both,
+            // its source ranges must not be lost.
+            if svc.kind == ServiceType::LoadBalancer {
+                for ip in of_family(&svc.lb_ips) {
+                    add(ip, port.port, FrontendKind::LoadBalancer, &external);
+                }
+            }
+            for ip in of_family(&svc.external_ips) {
+                add(ip, port.port, FrontendKind::ExternalIp, &external);
+            }
+        }
+    }
+    // The primary family's count, as kube-proxy's primary proxier reports; a
+    // Service without frontends has no health check either.
+    let health_check = svc
+        .health_check_node_port
+        .zip(families.first().copied())
+        .map(|(node_port, family)| {
+            // Distinct addresses, as kube-proxy's `LocalReadyEndpoints`: a pod
+            // serving ports 80 and 443 is one endpoint, not two.
+            let local_endpoints = svc
+                .ports
+                .iter()
+                .flat_map(|p| local_ready(&candidates(slices, family, &p.name, p.proto), node))
+                .collect::<std::collections::BTreeSet<_>>()
+                .len();
+            HealthCheck {
+                node_port,
+                local_endpoints,
+            }
+        });
+    DesiredService {
+        frontends: out,
+        health_check,
+    }
+}

@@ -1,0 +1,309 @@
+//! `weir-agent` inside the topology's node namespace, on its devices.
+use std::{
+    fs::OpenOptions,
+    net::IpAddr,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, bail};
+use aya::maps::{HashMap, Map, MapData, PerCpuArray};
+use weir_abi::{CtKey, CtValue, StatValue};
+
+use super::{DEVICES, NODE_NAME, PacketTopology};
+use crate::bin;
+
+/// Where the agent serves /metrics and /healthz: the node namespace's own
+/// loopback, so kube-proxy's fixed ports never collide between tests.
+pub const METRICS_ADDR: &str = "127.0.0.1:10249";
+pub const HEALTHZ_ADDR: &str = "127.0.0.1:10256";
+
+/// A running agent in the node namespace. Killed on drop (and by the kernel if
+/// the test process dies first).
+pub struct PacketAgent {
+    child: Option<Child>,
+    args: Vec<String>,
+    netns: String,
+    pub log: PathBuf,
+    pub pin_dir: PathBuf,
+}
+
+impl PacketAgent {
+    /// Starts the agent as node [`NODE_NAME`] on [`DEVICES`] with the
+    /// topology's manifests, cgroup and bpffs, plus `extra` flags (which may
+    /// replace `--devices`; `--devices=` drops it), and waits for its first
+    /// full sync.
+    pub fn start(topo: &PacketTopology, extra: &[&str]) -> Result<Self> {
+        let mut agent = Self::new(topo, extra);
+        agent.spawn()?;
+        Ok(agent)
+    }
+
+    /// As [`Self::start`], but returns as soon as the process runs.
+    pub fn spawn_only(topo: &PacketTopology, extra: &[&str]) -> Result<Self> {
+        let mut agent = Self::new(topo, extra);
+        agent.launch()?;
+        Ok(agent)
+    }
+
+    fn new(topo: &PacketTopology, extra: &[&str]) -> Self {
+        let mut args: Vec<String> = vec![
+            "--manifests".into(),
+            topo.manifests.display().to_string(),
+            "--node-name".into(),
+            NODE_NAME.into(),
+            "--cgroup".into(),
+            topo.cgroup.path.display().to_string(),
+            "--bpffs".into(),
+            topo.pin_dir().display().to_string(),
+            "--metrics-addr".into(),
+            METRICS_ADDR.into(),
+            "--healthz-addr".into(),
+            HEALTHZ_ADDR.into(),
+        ];
+        if !extra.iter().any(|a| a.starts_with("--devices")) {
+            args.extend(["--devices".into(), DEVICES.into()]);
+        }
+        // `--devices=` means none at all: the agent gets no `--devices` flag.
+        args.extend(
+            extra
+                .iter()
+                .filter(|a| **a != "--devices=")
+                .map(|s| (*s).to_owned()),
+        );
+        Self {
+            child: None,
+            args,
+            netns: topo.node.path(),
+            log: topo.dir.join("agent.log"),
+            pin_dir: topo.pin_dir(),
+        }
+    }
+
+    fn spawn(&mut self) -> Result<()> {
+        let before = self.log_text().len();
+        self.launch()?;
+        self.wait_for_log(before, "initial sync complete", Duration::from_secs(120))
+    }
+
+    fn launch(&mut self) -> Result<()> {
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)?;
+        // nsenter execs the agent: the child's pid is the agent's.
+        let mut cmd = Command::new("nsenter");
+        cmd.arg(format!("--net={}", self.netns))
+            .arg(bin("weir-agent"));
+        // SAFETY: prctl is async-signal-safe. The kernel kills the agent if the
+        // test process dies before its guards run.
+        unsafe {
+            use std::os::unix::process::CommandExt as _;
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let child = cmd
+            .args(&self.args)
+            .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .context("starting weir-agent (build it: cargo build -p weir-agent)")?;
+        self.child = Some(child);
+        Ok(())
+    }
+
+    /// Everything the agent logged on this topology.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits until the agent logs `needle` after byte `from` of its log.
+    pub fn wait_for_log(&mut self, from: usize, needle: &str, timeout: Duration) -> Result<()> {
+        self.wait_for_log_line(from, &[needle], timeout)
+    }
+
+    /// Waits until one line after byte `from` contains every one of `needles`.
+    pub fn wait_for_log_line(
+        &mut self,
+        from: usize,
+        needles: &[&str],
+        timeout: Duration,
+    ) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let text = self.log_text();
+            let tail = text.get(from..).unwrap_or("");
+            if tail.lines().any(|l| needles.iter().all(|n| l.contains(n))) {
+                return Ok(());
+            }
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                bail!("weir-agent exited with {status}:\n{tail}");
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "weir-agent logged no line with all of {needles:?} within {timeout:?}:\n{tail}"
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
+    /// Stops the agent with `signal` and waits for it to exit.
+    pub fn stop(&mut self, signal: i32) -> Result<()> {
+        if let Some(mut c) = self.child.take() {
+            // SAFETY: kill has no memory-safety preconditions.
+            unsafe { libc::kill(i32::try_from(c.id())?, signal) };
+            c.wait()?;
+        }
+        Ok(())
+    }
+
+    /// `weir-agent inspect WHAT -o json --bpffs PIN` (read from the pinned maps).
+    pub fn inspect(&self, what: &str) -> Result<serde_json::Value> {
+        let out = Command::new(bin("weir-agent"))
+            .args(["inspect", what, "-o", "json", "--bpffs"])
+            .arg(&self.pin_dir)
+            .output()?;
+        if !out.status.success() {
+            bail!(
+                "inspect {what} failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        serde_json::from_slice(&out.stdout).with_context(|| {
+            format!(
+                "inspect {what} printed {}",
+                String::from_utf8_lossy(&out.stdout)
+            )
+        })
+    }
+
+    /// The `(program, reason)` counter summed over CPUs, read straight from
+    /// the pinned WEIR_STATS map. `prog` and `reason` are `weir_abi::STAT_*`.
+    pub fn stat(&self, prog: u32, reason: u32) -> Result<u64> {
+        let path = self.pin_dir.join("maps").join(weir_abi::MAP_STATS);
+        let data =
+            MapData::from_pin(&path).with_context(|| format!("opening {}", path.display()))?;
+        let map: PerCpuArray<_, StatValue> = PerCpuArray::try_from(Map::PerCpuArray(data))?;
+        let values = map.get(&weir_abi::stat_index(prog, reason), 0)?;
+        Ok(values.iter().map(|v| v.packets).sum())
+    }
+
+    /// The same counter as `weir-agent inspect stats -o json` reports it.
+    pub fn inspect_stat(&self, prog: u32, reason: u32) -> Result<u64> {
+        let stats = self.inspect("stats")?;
+        let prog = weir_abi::STAT_PROG_NAMES[prog as usize];
+        let reason = weir_abi::STAT_REASON_NAMES[reason as usize];
+        find_stat(&stats, prog, reason)
+            .with_context(|| format!("no {prog}/{reason} in inspect stats: {stats}"))
+    }
+
+    /// Every conntrack entry of both tables, read straight from the pins.
+    pub fn conntrack(&self) -> Result<Vec<(CtKey, CtValue)>> {
+        let mut all = Vec::new();
+        for name in [weir_abi::MAP_CT_TCP, weir_abi::MAP_CT_UDP] {
+            let path = self.pin_dir.join("maps").join(name);
+            let data =
+                MapData::from_pin(&path).with_context(|| format!("opening {}", path.display()))?;
+            let map: HashMap<_, CtKey, CtValue> = HashMap::try_from(Map::LruHashMap(data))?;
+            for kv in map.iter() {
+                all.push(kv?);
+            }
+        }
+        Ok(all)
+    }
+
+    /// `GET path` on an address in the node namespace: (status, body).
+    pub fn node_get(&self, addr: &str, path: &str) -> Result<(u16, String)> {
+        let out = Command::new("nsenter")
+            .arg(format!("--net={}", self.netns))
+            .args([
+                "curl",
+                "-sS",
+                "-g",
+                "--max-time",
+                "5",
+                "-w",
+                "\n%{http_code}",
+            ])
+            .arg(format!("http://{addr}{path}"))
+            .output()?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+        Ok((code.trim().parse().unwrap_or(0), body.to_owned()))
+    }
+
+    pub fn pin_dir(&self) -> &Path {
+        &self.pin_dir
+    }
+}
+
+impl Drop for PacketAgent {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Finds the packet count of `prog`/`reason` in `inspect stats` JSON, whatever
+/// its exact shape: an array of `{program, reason, packets}` objects, or
+/// objects keyed by program then reason.
+pub fn find_stat(v: &serde_json::Value, prog: &str, reason: &str) -> Option<u64> {
+    use serde_json::Value;
+    let packets = |o: &Value| {
+        o.get("packets")
+            .and_then(Value::as_u64)
+            .or_else(|| o.as_u64())
+    };
+    match v {
+        Value::Array(items) => items.iter().find_map(|o| {
+            let p = o.get("program").or_else(|| o.get("prog"))?.as_str()?;
+            let r = o.get("reason").or_else(|| o.get("outcome"))?.as_str()?;
+            (p == prog && r == reason).then(|| packets(o))?
+        }),
+        Value::Object(m) => {
+            if let Some(inner) = m.get(prog) {
+                return inner.get(reason).and_then(packets);
+            }
+            m.values().find_map(|x| find_stat(x, prog, reason))
+        }
+        _ => None,
+    }
+}
+
+/// An address as the CT maps hold it.
+pub fn ct_addr(ip: IpAddr) -> weir_abi::Addr {
+    let v6 = match ip {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+        IpAddr::V6(v6) => v6,
+    };
+    let b = v6.octets();
+    let w = |i: usize| u32::from_ne_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+    weir_abi::Addr([w(0), w(4), w(8), w(12)])
+}
+
+/// The address a CT map holds, back in `IpAddr` form (IPv4 unmapped).
+pub fn ip_of(a: &weir_abi::Addr) -> IpAddr {
+    let mut b = [0u8; 16];
+    for (i, w) in a.0.iter().enumerate() {
+        b[i * 4..i * 4 + 4].copy_from_slice(&w.to_ne_bytes());
+    }
+    std::net::Ipv6Addr::from(b).to_canonical()
+}
