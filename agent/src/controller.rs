@@ -71,6 +71,11 @@ pub struct Controller<M> {
     /// UDP backends each Service's frontends had after its last successful
     /// sync: the ones a sync drops have sockets to destroy.
     udp_backends: HashMap<ServiceId, BTreeSet<SocketAddr>>,
+    /// How many Services' sets in `udp_backends` hold each backend. A
+    /// backend is gone only when no Service uses it any more (two Services
+    /// over the CoreDNS pods share them), and the count keeps that check
+    /// proportional to the Service being synced.
+    udp_refs: HashMap<SocketAddr, usize>,
     hooks: Hooks,
 }
 
@@ -87,6 +92,7 @@ impl<M: LbMaps> Controller<M> {
             rejected: HashMap::new(),
             health_checked: HashSet::new(),
             udp_backends: HashMap::new(),
+            udp_refs: HashMap::new(),
             hooks,
         };
         this.publish_gauges();
@@ -348,28 +354,44 @@ impl<M: LbMaps> Controller<M> {
         }
     }
 
-    /// Records the UDP backends `desired` uses and returns the ones the
-    /// Service used before and uses on no frontend now. A backend that only
-    /// left some frontends (say the node ports of an eTP=Local Service) still
-    /// serves the sockets connected through the others.
+    /// Records the UDP backends `desired` serves from (active or terminating;
+    /// draining ones do not count) and returns the ones the Service used
+    /// before that no frontend of any Service serves from now. A
+    /// backend that only left some frontends (say the node ports of an
+    /// eTP=Local Service), or that another Service still uses, still serves
+    /// the sockets connected through them.
     fn udp_backends_gone(&mut self, id: &ServiceId, desired: &DesiredService) -> Vec<SocketAddr> {
         let now: BTreeSet<SocketAddr> = desired
             .frontends
             .iter()
             .filter(|d| d.frontend.proto == Protocol::Udp)
             .flat_map(|d| d.backends.iter())
+            // A draining backend is gone for UDP sockets: the socket hooks
+            // pin new ones only to serving backends, and a connected socket
+            // to a pod that stopped serving should move on.
+            .filter(|b| b.state.serves())
             .map(|b| SocketAddr::new(b.addr, b.port))
             .collect();
         let before = if now.is_empty() {
             self.udp_backends.remove(id)
         } else {
             self.udp_backends.insert(id.clone(), now.clone())
-        };
-        before
-            .unwrap_or_default()
-            .difference(&now)
-            .copied()
-            .collect()
+        }
+        .unwrap_or_default();
+        for added in now.difference(&before) {
+            *self.udp_refs.entry(*added).or_default() += 1;
+        }
+        let mut gone = Vec::new();
+        for removed in before.difference(&now) {
+            if let Some(n) = self.udp_refs.get_mut(removed) {
+                *n -= 1;
+                if *n == 0 {
+                    self.udp_refs.remove(removed);
+                    gone.push(*removed);
+                }
+            }
+        }
+        gone
     }
 
     fn count_failure(&self, e: &ReconcileError, reason: Reason) {
@@ -570,6 +592,7 @@ mod tests {
             addr: IpAddr::from([10, 96, 0, 53]),
             port: 53,
             proto: Protocol::Udp,
+            scope: crate::model::Scope::All,
         };
         let b = backends
             .iter()
@@ -587,7 +610,7 @@ mod tests {
 
     #[test]
     fn udp_backends_gone_are_the_ones_no_frontend_keeps() {
-        use BackendState::{Active, Terminating};
+        use BackendState::{Active, Draining, Terminating};
         let mut ctl = controller(Reports::none());
         let id = ServiceId::new("kube-system", "dns");
         assert!(
@@ -599,15 +622,49 @@ mod tests {
             ctl.udp_backends_gone(&id, &udp(&[(1, Active), (2, Terminating)]))
                 .is_empty()
         );
+        // Draining (serving: false, terminating: true): still in the maps for
+        // tracked flows, but gone for connected UDP sockets.
         assert_eq!(
-            ctl.udp_backends_gone(&id, &udp(&[(1, Active)])),
+            ctl.udp_backends_gone(&id, &udp(&[(1, Active), (2, Draining)])),
             ["10.0.0.2:5353".parse::<SocketAddr>().unwrap()]
         );
+        // Leaving the slice afterwards hands nothing over twice.
+        assert!(ctl.udp_backends_gone(&id, &udp(&[(1, Active)])).is_empty());
         // Deleted or rejected: every backend goes.
         assert_eq!(
             ctl.udp_backends_gone(&id, &DesiredService::default()),
             ["10.0.0.1:5353".parse::<SocketAddr>().unwrap()]
         );
         assert!(ctl.udp_backends.is_empty());
+        assert!(ctl.udp_refs.is_empty());
+    }
+
+    #[test]
+    fn udp_backend_still_used_by_another_service_is_not_gone() {
+        use BackendState::Active;
+        let mut ctl = controller(Reports::none());
+        // Two Services over the same DNS pods.
+        let dns = ServiceId::new("kube-system", "kube-dns");
+        let alt = ServiceId::new("kube-system", "dns-alt");
+        assert!(
+            ctl.udp_backends_gone(&dns, &udp(&[(1, Active), (2, Active)]))
+                .is_empty()
+        );
+        assert!(
+            ctl.udp_backends_gone(&alt, &udp(&[(1, Active), (2, Active)]))
+                .is_empty()
+        );
+        // One Service drops pod 2 (or is deleted): the other still uses it.
+        assert!(ctl.udp_backends_gone(&dns, &udp(&[(1, Active)])).is_empty());
+        // `alt` is deleted: pod 2 is used by nobody now, pod 1 still by `dns`.
+        assert_eq!(
+            ctl.udp_backends_gone(&alt, &DesiredService::default()),
+            ["10.0.0.2:5353".parse::<SocketAddr>().unwrap()]
+        );
+        assert_eq!(
+            ctl.udp_backends_gone(&dns, &DesiredService::default()),
+            ["10.0.0.1:5353".parse::<SocketAddr>().unwrap()]
+        );
+        assert!(ctl.udp_refs.is_empty());
     }
 }

@@ -9,6 +9,14 @@
 //! expired. Deleting only complete pairs matters: a flow that is idle in one
 //! direction but alive in the other (a UDP stream that only the client sends
 //! on, say) keeps its reply entry, so a late reply is still translated.
+//!
+//! The walk is not a snapshot: the datapath keeps refreshing, replacing and
+//! creating entries while it runs. So every entry (and its peer) is read
+//! again right before it is deleted, and deleted only if it is still expired
+//! and byte-for-byte what the walk saw; a flow that came back to life, or a
+//! new flow that reused the tuple, is left alone. (aya 0.14 has no
+//! `BPF_MAP_LOOKUP_BATCH`, so the walk reads one key at a time; it keeps only
+//! the expired candidates, never a copy of the whole table.)
 use std::{
     collections::{HashMap, HashSet},
     io,
@@ -16,7 +24,7 @@ use std::{
     time::Duration,
 };
 
-use aya::maps::{HashMap as BpfHashMap, Map, MapData, MapError};
+use aya::maps::{HashMap as BpfHashMap, IterableMap as _, Map, MapData, MapError};
 use tracing::{debug, info, warn};
 use weir_abi::{CT_DIR_FORWARD, CT_DIR_REPLY, CtKey, CtValue};
 
@@ -79,18 +87,27 @@ impl CtGc {
     pub fn collect(&mut self, now: u32) -> Result<Vec<GcReport>, CtGcError> {
         let mut reports = Vec::new();
         for (proto, map, table) in &mut self.tables {
-            let entries = read_ct(table, map)?;
-            let doomed = doomed(&entries, now);
-            let mut deleted = 0;
-            for key in &doomed {
-                // Absent: the datapath's LRU evicted it meanwhile; fine.
-                if table.remove(key).is_ok() {
-                    deleted += 1;
+            let cap = walk_cap(table);
+            let (entries, cands) = {
+                let lookup = |k: &CtKey| table.get(k, 0).ok();
+                let mut err = None;
+                let walk = table.iter().take(cap).map_while(|item| match item {
+                    Ok(kv) => Some(kv),
+                    Err(source) => {
+                        err = Some(source);
+                        None
+                    }
+                });
+                let found = candidates(walk, lookup, now);
+                if let Some(source) = err {
+                    return Err(CtGcError::Read { map, source });
                 }
-            }
+                found
+            };
+            let deleted = reap(&cands, &mut LiveTable(table), now);
             reports.push(GcReport {
                 proto,
-                entries: entries.len(),
+                entries,
                 deleted,
             });
         }
@@ -152,20 +169,136 @@ pub fn read_ct(
     table: &BpfHashMap<MapData, CtKey, CtValue>,
     map: &'static str,
 ) -> Result<HashMap<CtKey, CtValue>, CtGcError> {
-    use aya::maps::IterableMap as _;
-    let cap = table
-        .map()
-        .info()
-        .map_or(weir_abi::DEFAULT_MAX_CT as usize, |i| {
-            i.max_entries() as usize
-        })
-        .saturating_mul(2);
+    let cap = walk_cap(table);
     let mut out = HashMap::new();
     for item in table.iter().take(cap) {
         let (k, v) = item.map_err(|source| CtGcError::Read { map, source })?;
         out.insert(k, v);
     }
     Ok(out)
+}
+
+/// How many keys a walk reads at most: twice the capacity, as deletions
+/// during the walk can make the kernel restart it.
+fn walk_cap(table: &BpfHashMap<MapData, CtKey, CtValue>) -> usize {
+    table
+        .map()
+        .info()
+        .map_or(weir_abi::DEFAULT_MAX_CT as usize, |i| {
+            i.max_entries() as usize
+        })
+        .saturating_mul(2)
+}
+
+/// Read-again and delete, on the live map or (in tests) a `HashMap`.
+pub trait CtTable {
+    fn lookup(&self, key: &CtKey) -> Option<CtValue>;
+    /// Whether an entry was deleted.
+    fn delete(&mut self, key: &CtKey) -> bool;
+}
+
+struct LiveTable<'a>(&'a mut BpfHashMap<MapData, CtKey, CtValue>);
+
+impl CtTable for LiveTable<'_> {
+    fn lookup(&self, key: &CtKey) -> Option<CtValue> {
+        self.0.get(key, 0).ok()
+    }
+    fn delete(&mut self, key: &CtKey) -> bool {
+        // Absent: the datapath's LRU evicted it meanwhile; fine.
+        self.0.remove(key).is_ok()
+    }
+}
+
+impl CtTable for HashMap<CtKey, CtValue> {
+    fn lookup(&self, key: &CtKey) -> Option<CtValue> {
+        self.get(key).copied()
+    }
+    fn delete(&mut self, key: &CtKey) -> bool {
+        self.remove(key).is_some()
+    }
+}
+
+/// An expired entry the walk found, with its peer as read then (`None`:
+/// the peer was gone, evicted by the LRU).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Candidate {
+    pub key: CtKey,
+    pub value: CtValue,
+    pub peer: CtKey,
+    pub peer_value: Option<CtValue>,
+}
+
+/// Walks `entries` (the live table's iterator) and returns how many there
+/// were and every flow that looked dead: an expired entry whose peer,
+/// read through `lookup`, is expired or gone. A pair is listed once.
+pub fn candidates(
+    entries: impl Iterator<Item = (CtKey, CtValue)>,
+    lookup: impl Fn(&CtKey) -> Option<CtValue>,
+    now: u32,
+) -> (usize, Vec<Candidate>) {
+    let mut count = 0;
+    let mut seen = HashSet::new();
+    let mut out = Vec::new();
+    for (key, value) in entries {
+        count += 1;
+        if !expired(&value, now) || seen.contains(&key) {
+            continue;
+        }
+        let peer = peer_key(&key, &value);
+        let peer_value = lookup(&peer);
+        if peer_value.is_some_and(|pv| !expired(&pv, now)) {
+            continue;
+        }
+        seen.insert(key);
+        seen.insert(peer);
+        out.push(Candidate {
+            key,
+            value,
+            peer,
+            peer_value,
+        });
+    }
+    (count, out)
+}
+
+/// What a second read of an entry says about deleting it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Recheck {
+    /// Gone meanwhile: nothing to delete.
+    Gone,
+    /// Still expired and exactly as the walk saw it.
+    Delete,
+    /// Refreshed, replaced or new: the flow is alive, keep the pair.
+    Keep,
+}
+
+/// Compares what the walk saw (`seen`, `None` = absent) with a fresh read.
+pub fn recheck(seen: Option<&CtValue>, current: Option<&CtValue>, now: u32) -> Recheck {
+    match (seen, current) {
+        (_, None) => Recheck::Gone,
+        (Some(s), Some(c)) if s == c && expired(c, now) => Recheck::Delete,
+        // Changed, or (peer) absent during the walk and back now.
+        _ => Recheck::Keep,
+    }
+}
+
+/// Deletes the candidates that are still dead on a second read; returns how
+/// many entries went. A pair is kept whole if either side changed.
+pub fn reap(cands: &[Candidate], table: &mut impl CtTable, now: u32) -> usize {
+    let mut deleted = 0;
+    for c in cands {
+        let me = recheck(Some(&c.value), table.lookup(&c.key).as_ref(), now);
+        let peer = recheck(c.peer_value.as_ref(), table.lookup(&c.peer).as_ref(), now);
+        if me == Recheck::Keep || peer == Recheck::Keep {
+            continue;
+        }
+        for (verdict, key) in [(me, &c.key), (peer, &c.peer)] {
+            if verdict == Recheck::Delete && table.delete(key) {
+                deleted += 1;
+            }
+        }
+    }
+    deleted
 }
 
 /// The key of the other entry of `key`'s flow, derived from its value
@@ -195,27 +328,20 @@ pub const fn expired(value: &CtValue, now: u32) -> bool {
     value.expires < now
 }
 
-/// The keys to delete at `now`: every expired entry whose peer is expired or
-/// gone (LRU may have evicted it), together with that peer.
+/// The keys a sweep at `now` would delete from `entries` if nothing changed
+/// meanwhile: every expired entry whose peer is expired or gone, with that
+/// peer.
 pub fn doomed(entries: &HashMap<CtKey, CtValue>, now: u32) -> Vec<CtKey> {
-    let mut out = HashSet::new();
-    for (k, v) in entries {
-        if !expired(v, now) || out.contains(k) {
-            continue;
-        }
-        let peer = peer_key(k, v);
-        match entries.get(&peer) {
-            Some(pv) if !expired(pv, now) => {}
-            Some(_) => {
-                out.insert(*k);
-                out.insert(peer);
-            }
-            None => {
-                out.insert(*k);
-            }
-        }
-    }
-    let mut out: Vec<_> = out.into_iter().collect();
+    let (_, cands) = candidates(
+        entries.iter().map(|(k, v)| (*k, *v)),
+        |k| entries.get(k).copied(),
+        now,
+    );
+    let mut out: Vec<_> = cands
+        .iter()
+        .flat_map(|c| [Some(c.key), c.peer_value.map(|_| c.peer)])
+        .flatten()
+        .collect();
     out.sort_unstable();
     out
 }
@@ -335,6 +461,76 @@ mod tests {
         );
         assert_eq!(doomed(&m, 50).len(), 2);
         assert!(!doomed(&m, 50).contains(&k));
+    }
+
+    #[test]
+    fn sweep_deletes_dead_pairs() {
+        let mut m: HashMap<_, _> = flow(5, 5).into_iter().collect();
+        let snap = m.clone();
+        let (n, c) = candidates(snap.into_iter(), |k| m.get(k).copied(), 10);
+        assert_eq!((n, c.len()), (2, 1));
+        assert_eq!(reap(&c, &mut m, 10), 2);
+        assert!(m.is_empty());
+    }
+
+    #[test]
+    fn refreshed_entry_saves_its_pair() {
+        let [(fk, fv), (rk, rv)] = flow(5, 5);
+        for refreshed in [fk, rk] {
+            let mut m: HashMap<_, _> = [(fk, fv), (rk, rv)].into_iter().collect();
+            let (_, c) = candidates(m.clone().into_iter(), |k| m.get(k).copied(), 10);
+            // A packet arrives between the walk and the delete.
+            m.get_mut(&refreshed).unwrap().expires = 100;
+            assert_eq!(reap(&c, &mut m, 10), 0);
+            assert_eq!(m.len(), 2);
+        }
+    }
+
+    #[test]
+    fn replaced_entry_is_not_deleted() {
+        let [(fk, fv), (rk, rv)] = flow(5, 5);
+        let mut m: HashMap<_, _> = [(fk, fv), (rk, rv)].into_iter().collect();
+        let (_, c) = candidates(m.clone().into_iter(), |k| m.get(k).copied(), 10);
+        // A new flow reused the tuple: still expired (say a stale clock
+        // read), but not what the walk saw.
+        m.insert(
+            fk,
+            CtValue {
+                backend_id: 9,
+                ..fv
+            },
+        );
+        assert_eq!(reap(&c, &mut m, 10), 0);
+        assert_eq!(m.len(), 2);
+    }
+
+    #[test]
+    fn peer_that_reappears_keeps_the_entry() {
+        let [(fk, fv), (rk, rv)] = flow(5, 5);
+        let mut m: HashMap<_, _> = [(fk, fv)].into_iter().collect();
+        let (_, c) = candidates(m.clone().into_iter(), |k| m.get(k).copied(), 10);
+        assert_eq!(c[0].peer_value, None);
+        m.insert(rk, CtValue { expires: 100, ..rv });
+        assert_eq!(reap(&c, &mut m, 10), 0);
+        // Gone on both sides meanwhile: nothing to do, no error.
+        let mut empty = HashMap::new();
+        assert_eq!(reap(&c, &mut empty, 10), 0);
+    }
+
+    #[test]
+    fn recheck_decisions() {
+        let v = CtValue {
+            expires: 5,
+            ..CtValue::default()
+        };
+        let fresh = CtValue { expires: 50, ..v };
+        assert_eq!(recheck(Some(&v), Some(&v), 10), Recheck::Delete);
+        assert_eq!(recheck(Some(&v), None, 10), Recheck::Gone);
+        assert_eq!(recheck(None, None, 10), Recheck::Gone);
+        assert_eq!(recheck(Some(&v), Some(&fresh), 10), Recheck::Keep);
+        assert_eq!(recheck(None, Some(&v), 10), Recheck::Keep);
+        // Same value but the clock says it is not expired (now went back?): keep.
+        assert_eq!(recheck(Some(&v), Some(&v), 5), Recheck::Keep);
     }
 
     #[test]

@@ -26,15 +26,21 @@ use std::{
 
 use http_body_util::Full;
 use hyper::{Response, StatusCode, body::Bytes, header};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::{net::TcpListener, runtime::Handle, task::JoinHandle};
 use tracing::{debug, info, warn};
 
-use crate::model::ServiceId;
+use crate::{model::ServiceId, telemetry::Health};
 
 /// How long to wait before binding a port again: the holder may be an old
 /// agent or kube-proxy still shutting down.
 const BIND_RETRY: Duration = Duration::from_secs(5);
+
+/// How long a connection may take to send a request's headers, and how long
+/// a keep-alive connection may sit idle between requests, before it is
+/// closed. Load balancers probe every few seconds; a peer that opens
+/// connections and sends nothing must not hold them forever.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The healthCheckNodePort listeners of this node.
 ///
@@ -50,10 +56,14 @@ struct Server {
     /// Addresses every port is served on (0.0.0.0 and :: in the agent).
     bind: Vec<IpAddr>,
     rt: Handle,
+    /// The agent's own health: an unhealthy agent reports
+    /// `serviceProxyHealthy: false` and 503, as kube-proxy ≥ 1.28 does.
+    health: Arc<Health>,
     services: Mutex<HashMap<ServiceId, Served>>,
 }
 
-/// One Service's listeners. Dropping it stops them.
+/// One Service's listeners. Dropping it stops them and closes their
+/// connections (each listener task owns its connections' tasks).
 #[derive(Debug)]
 struct Served {
     port: u16,
@@ -75,25 +85,31 @@ impl Drop for Served {
 struct ServiceHealth {
     id: ServiceId,
     local_endpoints: AtomicUsize,
+    proxy: Arc<Health>,
 }
 
 impl HealthChecks {
     /// Health checks served on 0.0.0.0 and `[::]`, as kube-proxy does with
-    /// its default (empty) `--nodeport-addresses`.
-    pub fn serve_all() -> Self {
-        Self::serve(vec![
-            IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-            IpAddr::V6(Ipv6Addr::UNSPECIFIED),
-        ])
+    /// its default (empty) `--nodeport-addresses`. `health` is the agent's
+    /// own (what `/healthz` reports).
+    pub fn serve_all(health: Arc<Health>) -> Self {
+        Self::serve(
+            vec![
+                IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+                IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+            ],
+            health,
+        )
     }
 
     /// Health checks served on each of `bind`. Must be called from inside a
     /// Tokio runtime, which then runs the listeners.
-    pub fn serve(bind: Vec<IpAddr>) -> Self {
+    pub fn serve(bind: Vec<IpAddr>, health: Arc<Health>) -> Self {
         Self {
             server: Some(Server {
                 bind,
                 rt: Handle::current(),
+                health,
                 services: Mutex::default(),
             }),
         }
@@ -125,6 +141,7 @@ impl HealthChecks {
         let state = Arc::new(ServiceHealth {
             id: svc.clone(),
             local_endpoints: AtomicUsize::new(local_endpoints),
+            proxy: server.health.clone(),
         });
         let tasks = server
             .bind
@@ -184,8 +201,17 @@ async fn listen(addr: SocketAddr, state: Arc<ServiceHealth>) {
         }
     };
     info!(service = %state.id, %addr, "serving health check");
+    // The connections live in this set: when the listener task is aborted
+    // (Service removed, port moved) the set is dropped and every keep-alive
+    // connection closes with it.
+    let mut conns = tokio::task::JoinSet::new();
     loop {
-        let (stream, peer) = match listener.accept().await {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            // Reap finished connections so the set does not grow.
+            Some(_) = conns.join_next(), if !conns.is_empty() => continue,
+        };
+        let (stream, peer) = match accepted {
             Ok(c) => c,
             Err(e) => {
                 debug!(%addr, "health check accept: {e}");
@@ -195,12 +221,16 @@ async fn listen(addr: SocketAddr, state: Arc<ServiceHealth>) {
             }
         };
         let state = state.clone();
-        tokio::spawn(async move {
+        conns.spawn(async move {
             let svc = hyper::service::service_fn(move |_req| {
                 let state = state.clone();
                 async move { Ok::<_, Infallible>(answer(&state)) }
             });
             if let Err(e) = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                // Also bounds the idle time between keep-alive requests:
+                // hyper starts it whenever it waits for a request head.
+                .header_read_timeout(HEADER_READ_TIMEOUT)
                 .serve_connection(TokioIo::new(stream), svc)
                 .await
             {
@@ -227,9 +257,14 @@ fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
 }
 
 /// kube-proxy's answer, to the byte: the body is its dedented template.
+/// 200 only with local endpoints and a healthy agent (kube-proxy ≥ 1.28:
+/// a proxy that cannot program its rules, or whose node is going away, must
+/// not attract load-balancer traffic).
 fn answer(state: &ServiceHealth) -> Response<Full<Bytes>> {
     let count = state.local_endpoints.load(Ordering::Relaxed);
-    let code = if count > 0 {
+    let s = state.proxy.status();
+    let healthy = s.healthy && s.node_eligible;
+    let code = if count > 0 && healthy {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
@@ -241,14 +276,14 @@ fn answer(state: &ServiceHealth) -> Response<Full<Bytes>> {
         // kube-proxy ≥ 1.28 also tells weighted load balancers how much
         // traffic this node can take.
         .header("X-Load-Balancing-Endpoint-Weight", count.to_string())
-        .body(Full::new(Bytes::from(body(&state.id, count))))
+        .body(Full::new(Bytes::from(body(&state.id, count, healthy))))
         .unwrap_or_default()
 }
 
-fn body(id: &ServiceId, count: usize) -> String {
+fn body(id: &ServiceId, count: usize, healthy: bool) -> String {
     let q = |s: &str| serde_json::to_string(s).unwrap_or_else(|_| "\"\"".to_owned());
     format!(
-        "{{\n\t\"service\": {{\n\t\t\"namespace\": {},\n\t\t\"name\": {}\n\t}},\n\t\"localEndpoints\": {count},\n\t\"serviceProxyHealthy\": true\n}}",
+        "{{\n\t\"service\": {{\n\t\t\"namespace\": {},\n\t\t\"name\": {}\n\t}},\n\t\"localEndpoints\": {count},\n\t\"serviceProxyHealthy\": {healthy}\n}}",
         q(&id.namespace),
         q(&id.name),
     )
@@ -259,6 +294,12 @@ mod tests {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
     use super::*;
+
+    fn synced() -> Arc<Health> {
+        let h = Arc::new(Health::new(Duration::from_secs(60)));
+        h.updated(true);
+        h
+    }
 
     fn free_port() -> u16 {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -291,13 +332,14 @@ mod tests {
     #[test]
     fn body_is_kube_proxys_template() {
         assert_eq!(
-            body(&ServiceId::new("ns", "web"), 2),
+            body(&ServiceId::new("ns", "web"), 2, true),
             "{\n\t\"service\": {\n\t\t\"namespace\": \"ns\",\n\t\t\"name\": \"web\"\n\t},\n\t\"localEndpoints\": 2,\n\t\"serviceProxyHealthy\": true\n}"
         );
         let v: serde_json::Value =
-            serde_json::from_str(&body(&ServiceId::new("a", "b"), 0)).unwrap();
+            serde_json::from_str(&body(&ServiceId::new("a", "b"), 0, false)).unwrap();
         assert_eq!(v["service"]["name"], "b");
         assert_eq!(v["localEndpoints"], 0);
+        assert_eq!(v["serviceProxyHealthy"], false);
     }
 
     #[test]
@@ -309,7 +351,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn serves_counts_and_stops() {
-        let hc = HealthChecks::serve(vec![IpAddr::V4(Ipv4Addr::LOCALHOST)]);
+        let hc = HealthChecks::serve(vec![IpAddr::V4(Ipv4Addr::LOCALHOST)], synced());
         let id = ServiceId::new("default", "lb");
         let port = free_port();
 
@@ -337,6 +379,47 @@ mod tests {
         refused_eventually(port2).await;
     }
 
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn unhealthy_agent_fails_every_check() {
+        let health = synced();
+        let hc = HealthChecks::serve(vec![IpAddr::V4(Ipv4Addr::LOCALHOST)], health.clone());
+        let id = ServiceId::new("default", "sick");
+        let port = free_port();
+        hc.set(&id, port, 2);
+        assert!(get_eventually(port).await.starts_with("HTTP/1.0 200"));
+        // The node is being deleted: /healthz fails, so do the Services.
+        health.set_node_eligible(false);
+        let r = get(port).await.unwrap();
+        assert!(r.starts_with("HTTP/1.0 503"), "{r}");
+        assert!(r.contains("\"serviceProxyHealthy\": false"), "{r}");
+        assert!(r.contains("\"localEndpoints\": 2"), "{r}");
+        health.set_node_eligible(true);
+        assert!(get(port).await.unwrap().starts_with("HTTP/1.0 200"));
+        hc.remove(&id);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn removing_a_service_closes_its_keepalive_connections() {
+        let hc = HealthChecks::serve(vec![IpAddr::V4(Ipv4Addr::LOCALHOST)], synced());
+        let id = ServiceId::new("default", "ka");
+        let port = free_port();
+        hc.set(&id, port, 1);
+        get_eventually(port).await;
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .unwrap();
+        s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut buf = vec![0u8; 4096];
+        let n = s.read(&mut buf).await.unwrap();
+        assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+        hc.remove(&id);
+        // The server side closes: the read ends (EOF or reset) promptly.
+        let closed = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf)).await;
+        assert!(matches!(closed, Ok(Ok(0) | Err(_))), "{closed:?}");
+    }
+
     async fn refused_eventually(port: u16) {
         for _ in 0..100 {
             if tokio::net::TcpStream::connect(("127.0.0.1", port))
@@ -354,7 +437,7 @@ mod tests {
     async fn busy_port_is_retried_not_fatal() {
         let blocker = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = blocker.local_addr().unwrap().port();
-        let hc = HealthChecks::serve(vec![IpAddr::V4(Ipv4Addr::LOCALHOST)]);
+        let hc = HealthChecks::serve(vec![IpAddr::V4(Ipv4Addr::LOCALHOST)], synced());
         let id = ServiceId::new("default", "busy");
         hc.set(&id, port, 1);
         // The other Service still gets its listener.

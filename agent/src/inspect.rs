@@ -8,8 +8,8 @@ use std::{
 use aya::maps::{Map, MapData, MapError, PerCpuArray};
 use serde::Serialize;
 use weir_abi::{
-    BACKEND_STATE_TERMINATING, SVC_F_AFFINITY, SVC_F_EXTERNAL, SVC_F_LOCAL, SVC_F_NODEPORT,
-    SVC_F_SRC_RANGES, StatValue,
+    BACKEND_STATE_ACTIVE, BACKEND_STATE_DRAINING, BACKEND_STATE_TERMINATING, SCOPE_EXTERNAL,
+    SVC_F_AFFINITY, SVC_F_EXTERNAL, SVC_F_LOCAL, SVC_F_NODEPORT, SVC_F_SRC_RANGES, StatValue,
 };
 
 use crate::{maps::Snapshot, model::Protocol};
@@ -32,6 +32,11 @@ pub struct ServiceView {
     pub vip: IpAddr,
     pub port: u16,
     pub protocol: String,
+    /// `all`: the frontend as in-cluster clients (and, without `local`,
+    /// everyone) see it; `external`: the local-endpoints-only view the
+    /// packet programs use for outside traffic to an
+    /// `externalTrafficPolicy: Local` frontend (`weir_abi::SCOPE_*`).
+    pub scope: &'static str,
     /// `external`, `nodeport`, `local`, `affinity`, `source-ranges`
     /// (the master entry's `SVC_F_*`).
     pub flags: Vec<&'static str>,
@@ -84,7 +89,17 @@ pub struct BackendView {
     pub state: &'static str,
 }
 
-/// Every frontend with its backends in slot order. Slots whose backend is
+/// `BACKEND_STATE_*` as `inspect` shows it.
+const fn state_name(state: u8) -> &'static str {
+    match state {
+        BACKEND_STATE_ACTIVE => "active",
+        BACKEND_STATE_TERMINATING => "terminating",
+        BACKEND_STATE_DRAINING => "draining",
+        _ => "unknown",
+    }
+}
+
+/// Every frontend with its backends in slot order, then its draining ones. Slots whose backend is
 /// missing show up as `missing`, which only a bug or a race can produce.
 pub fn services(s: &Snapshot) -> Vec<ServiceView> {
     let mut out = Vec::new();
@@ -104,11 +119,7 @@ pub fn services(s: &Snapshot) -> Vec<ServiceView> {
                 Some(b) => BackendView {
                     ip: crate::maps::ip_addr(b.addr),
                     port: u16::from_be(b.port),
-                    state: if b.state == BACKEND_STATE_TERMINATING {
-                        "terminating"
-                    } else {
-                        "active"
-                    },
+                    state: state_name(b.state),
                 },
                 None => BackendView {
                     ip: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
@@ -117,17 +128,38 @@ pub fn services(s: &Snapshot) -> Vec<ServiceView> {
                 },
             });
         }
+        // Draining backends (terminating, no longer serving) are in no slot:
+        // they only keep their tracked flows. Listed after the slots.
+        let mut draining: Vec<BackendView> = s
+            .backends
+            .values()
+            .filter(|b| b.state == BACKEND_STATE_DRAINING && b.rev_nat_id == master.rev_nat_id)
+            .map(|b| BackendView {
+                ip: crate::maps::ip_addr(b.addr),
+                port: u16::from_be(b.port),
+                state: state_name(b.state),
+            })
+            .collect();
+        draining.sort_by_key(|b| (b.ip, b.port));
+        backends.extend(draining);
         out.push(ServiceView {
             vip: crate::maps::ip_addr(k.addr),
             port: u16::from_be(k.port),
             protocol: Protocol::from_ip_proto(k.proto)
                 .map_or_else(|| k.proto.to_string(), |p| p.as_str().to_owned()),
+            scope: if k.scope == SCOPE_EXTERNAL {
+                "external"
+            } else {
+                "all"
+            },
             flags: flag_names(master.flags),
             affinity_timeout: master.affinity_timeout,
             backends,
         });
     }
-    out.sort_by(|a, b| (a.vip, a.port, &a.protocol).cmp(&(b.vip, b.port, &b.protocol)));
+    out.sort_by(|a, b| {
+        (a.vip, a.port, &a.protocol, a.scope).cmp(&(b.vip, b.port, &b.protocol, b.scope))
+    });
     out
 }
 
@@ -143,6 +175,9 @@ pub fn render_table(views: &[ServiceView]) -> String {
         let mut flags = v.flags.join(",");
         if v.affinity_timeout > 0 {
             flags.push_str(&format!("({}s)", v.affinity_timeout));
+        }
+        if v.scope != "all" {
+            flags.push_str(&format!(" scope={}", v.scope));
         }
         if flags.is_empty() {
             flags.push('-');
@@ -208,7 +243,46 @@ mod tests {
                 ..Backend::default()
             },
         );
+        s.backends.insert(
+            10,
+            Backend {
+                addr: abi_addr("fd00::98".parse().unwrap()),
+                port: 8080u16.to_be(),
+                proto: PROTO_TCP,
+                state: weir_abi::BACKEND_STATE_DRAINING,
+                rev_nat_id: 1,
+            },
+        );
+        // Another frontend's draining backend is not listed here.
+        s.backends.insert(
+            11,
+            Backend {
+                state: weir_abi::BACKEND_STATE_DRAINING,
+                rev_nat_id: 2,
+                ..Backend::default()
+            },
+        );
+        // The external-scope (local endpoints only) view of the same frontend.
+        let ext = ServiceKey {
+            scope: SCOPE_EXTERNAL,
+            ..fe
+        };
+        s.services.insert(
+            ext,
+            ServiceValue {
+                rev_nat_id: 3,
+                flags: SVC_F_EXTERNAL | SVC_F_NODEPORT | SVC_F_LOCAL,
+                ..ServiceValue::default()
+            },
+        );
         let views = services(&s);
+        assert_eq!(views.len(), 2);
+        assert_eq!((views[0].scope, views[1].scope), ("all", "external"));
+        let json = serde_json::to_value(&views).unwrap();
+        assert_eq!(json[1]["scope"], "external");
+        assert!(render_table(&views).contains("scope=external"));
+        assert_eq!(views[0].backends.len(), 2);
+        assert_eq!(views[0].backends[1].state, "draining");
         assert_eq!(
             views[0].flags,
             vec!["external", "nodeport", "local", "affinity"]

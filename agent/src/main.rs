@@ -14,7 +14,7 @@ use weir_agent::{
     cleanup,
     controller::{Controller, Hooks},
     ct_gc::{self, CtGc},
-    datapath::{Acceleration, Datapath, LoadOptions, pins::Pins},
+    datapath::{Acceleration, Datapath, LoadOptions, devices, pins::Pins},
     healthcheck::HealthChecks,
     inspect,
     maps::{LbMaps as _, pinned::PinnedMaps},
@@ -22,7 +22,7 @@ use weir_agent::{
     node_addrs,
     reconciler::Reconciler,
     report::{Reports, events, lease},
-    sockdestroy::SocketReaper,
+    sockdestroy::{self, SocketReaper},
     source::SourceMsg,
     source::kube::{Connection, KubeSource},
     source::manifests,
@@ -74,6 +74,12 @@ struct RunArgs {
     /// in it and below are load balanced.
     #[arg(long, value_name = "PATH", default_value = "/sys/fs/cgroup")]
     cgroup: PathBuf,
+    /// The node's /proc, where the network namespaces of its processes are
+    /// found (to destroy pods' UDP sockets connected to removed backends).
+    /// In a container, mount the host's /proc (e.g. at /host/proc) and give
+    /// that; the container's own /proc only shows its own processes.
+    #[arg(long, value_name = "DIR", default_value = "/proc")]
+    proc_root: PathBuf,
     #[command(flatten)]
     bpffs: BpffsArg,
     /// Capacity of the services map: master entries plus one slot per backend of
@@ -97,11 +103,30 @@ struct PacketArgs {
     /// are detached.
     #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
     socket_lb: bool,
-    /// Devices for the per-packet programs (external devices and pod veths);
-    /// their global addresses are this node's NodePort addresses. None: socket
-    /// load balancing only.
+    /// Devices for the per-packet TC program (external devices and pod
+    /// veths): exact names, or prefixes ending in '+' (`lxc+`, `cali+`) that
+    /// match every interface starting so. Interfaces are re-listed every 5 s,
+    /// so new and recreated devices get the program and vanished ones lose
+    /// it; a listed device missing at start is attached when it appears.
+    /// Only Ethernet devices qualify. Needs Linux 6.7+. None: socket load
+    /// balancing only.
     #[arg(long, value_name = "DEV,...", value_delimiter = ',')]
     devices: Vec<String>,
+    /// The --devices that also get XDP when --acceleration is on (same
+    /// syntax; default: all of --devices). XDP goes only where the TC
+    /// program is too (it hands SNAT flows to TC on the same device). Do not
+    /// give pod veths (`lxc+`, `cali+`) XDP: frames from pods reach a veth's
+    /// XDP as CHECKSUM_PARTIAL, and native XDP on a veth disables GSO on its
+    /// peer; list the external NICs only.
+    #[arg(long, value_name = "DEV,...", value_delimiter = ',')]
+    acceleration_devices: Vec<String>,
+    /// Source ports the per-packet datapath uses when it SNATs (NodePort,
+    /// externalIP and LoadBalancer traffic forwarded to another node). Must
+    /// stay outside net.ipv4.ip_local_port_range (or be reserved with
+    /// net.ipv4.ip_local_reserved_ports): the programs cannot see the node's
+    /// own sockets.
+    #[arg(long, value_name = "FROM-TO", default_value = "61000-65535", value_parser = parse_port_range)]
+    snat_port_range: (u16, u16),
     /// NodePort range.
     #[arg(long, value_name = "FROM-TO", default_value = "30000-32767", value_parser = parse_port_range)]
     nodeport_range: (u16, u16),
@@ -180,10 +205,105 @@ impl PacketArgs {
             ct_tcp_established: secs(self.ct_timeout_tcp, "--ct-timeout-tcp")?,
             ct_tcp_closing: secs(self.ct_timeout_tcp_fin, "--ct-timeout-tcp-fin")?,
             ct_udp: secs(self.ct_timeout_udp, "--ct-timeout-udp")?,
-            // LoadOptions sets CFG_F_SOCKET_LB from --socket-lb.
+            // LoadOptions sets CFG_F_SOCKET_LB from --socket-lb; run() adds
+            // the kernel's.
             flags: 0,
-            _pad: 0,
+            snat_port_min: self.snat_port_range.0,
+            snat_port_max: self.snat_port_range.1,
         })
+    }
+
+    /// `--devices` and `--acceleration-devices` (default: the former) as
+    /// patterns, the bad entry named.
+    fn device_patterns(&self) -> Result<(Vec<devices::Pattern>, Vec<devices::Pattern>)> {
+        let devs =
+            devices::parse_patterns(&self.devices, "--devices").map_err(anyhow::Error::msg)?;
+        let accel = if self.acceleration_devices.is_empty() {
+            devs.clone()
+        } else {
+            devices::parse_patterns(&self.acceleration_devices, "--acceleration-devices")
+                .map_err(anyhow::Error::msg)?
+        };
+        Ok((devs, accel))
+    }
+}
+
+/// The kernel's `major.minor`, from a `uname -r` release string.
+fn kernel_version(release: &str) -> Option<(u32, u32)> {
+    let mut parts = release.split(['.', '-', '+']);
+    let major = parts.next()?.parse().ok()?;
+    let minor = parts
+        .next()?
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect::<String>()
+        .parse()
+        .ok()?;
+    Some((major, minor))
+}
+
+/// The oldest kernel the per-packet programs run on: `bpf_fib_lookup` with
+/// `BPF_FIB_LOOKUP_SRC` (6.7) picks the SNAT address; tcx links need 6.6.
+const PACKET_KERNEL: (u32, u32) = (6, 7);
+/// `bpf_l4_csum_replace` knows `BPF_F_IPV6` from 6.16.
+const CSUM_IPV6_KERNEL: (u32, u32) = (6, 16);
+
+/// Refuses a kernel the per-packet programs cannot run on (only when
+/// `devices` asks for them), and returns the `CFG_F_*` the kernel allows.
+fn kernel_flags(release: &str, want_devices: bool) -> Result<u32> {
+    let v = kernel_version(release);
+    if want_devices {
+        match v {
+            Some(v) if v >= PACKET_KERNEL => {}
+            _ => anyhow::bail!(
+                "--devices needs Linux {}.{} or later (BPF_FIB_LOOKUP_SRC, 6.7, picks the SNAT source address; tcx links need 6.6); this kernel is {release}. Run without --devices for socket load balancing only",
+                PACKET_KERNEL.0,
+                PACKET_KERNEL.1
+            ),
+        }
+    }
+    Ok(if v.is_some_and(|v| v >= CSUM_IPV6_KERNEL) {
+        weir_abi::CFG_F_CSUM_IPV6
+    } else {
+        0
+    })
+}
+
+/// The running kernel's release (`uname -r`).
+fn kernel_release() -> Result<String> {
+    let raw = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .context("cannot read the kernel release (/proc/sys/kernel/osrelease)")?;
+    Ok(raw.trim().to_owned())
+}
+
+/// `ip_local_port_range`'s two numbers.
+fn parse_local_port_range(s: &str) -> Option<(u16, u16)> {
+    let mut it = s.split_whitespace().map(str::parse::<u16>);
+    match (it.next(), it.next()) {
+        (Some(Ok(a)), Some(Ok(b))) => Some((a, b)),
+        _ => None,
+    }
+}
+
+const fn ranges_overlap(a: (u16, u16), b: (u16, u16)) -> bool {
+    a.0 <= b.1 && b.0 <= a.1
+}
+
+/// Warns when the SNAT range overlaps the node's ephemeral ports.
+fn check_snat_range(snat: (u16, u16)) {
+    let path = "/proc/sys/net/ipv4/ip_local_port_range";
+    let Some(local) = std::fs::read_to_string(path)
+        .ok()
+        .and_then(|s| parse_local_port_range(&s))
+    else {
+        warn!("cannot read {path}; make sure --snat-port-range stays outside it");
+        return;
+    };
+    if ranges_overlap(snat, local) {
+        warn!(
+            "--snat-port-range {}-{} overlaps the node's ephemeral ports (net.ipv4.ip_local_port_range {}-{}): SNATed flows and the node's own connections may pick the same tuple. Move one of them, or reserve the SNAT ports: sysctl -w net.ipv4.ip_local_reserved_ports={}-{}",
+            snat.0, snat.1, local.0, local.1, snat.0, snat.1
+        );
     }
 }
 
@@ -366,32 +486,48 @@ async fn run_async(args: RunArgs, node: String) -> Result<()> {
     }
 
     let packet = &args.packet;
-    // Read before loading, so a missing device fails before anything changes.
-    let addresses = node_addrs::addresses_of(&packet.devices)?;
-    if !packet.devices.is_empty() {
-        info!(devices = ?packet.devices, addresses = ?addresses, "node addresses");
+    // Every flag is checked before anything loads.
+    let (device_patterns, accel_patterns) = packet.device_patterns()?;
+    let mut config = packet.datapath_config()?;
+    config.flags |= match kernel_release() {
+        Ok(release) => kernel_flags(&release, !device_patterns.is_empty())?,
+        // Socket load balancing only: nothing depends on the version.
+        Err(e) if device_patterns.is_empty() => {
+            warn!("{e:#}");
+            0
+        }
+        Err(e) => return Err(e),
+    };
+    if !device_patterns.is_empty() {
+        check_snat_range(packet.snat_port_range);
     }
+    let addresses = node_addrs::node_addresses()?;
+    info!(addresses = ?addresses, "node addresses");
     let opts = LoadOptions {
         max_services: args.max_services,
         max_backends: args.max_backends,
         ct_max: packet.ct_max,
         socket_lb: packet.socket_lb,
-        devices: packet.devices.clone(),
+        devices: device_patterns,
+        acceleration_devices: accel_patterns,
         acceleration: packet.acceleration.into(),
-        config: packet.datapath_config()?,
+        config,
         ..LoadOptions::new(Pins::new(&args.bpffs.path), args.cgroup.clone())
     };
-    let datapath = Datapath::load(&opts).context("loading the datapath")?;
+    let Datapath { maps, devices } = Datapath::load(&opts).context("loading the datapath")?;
+    let attached = devices.attached();
+    if !opts.devices.is_empty() {
+        devices.spawn().context("starting the device watcher")?;
+    }
     info!(
         cgroup = %opts.cgroup.display(),
         bpffs = %opts.pins.root().display(),
         node = %node,
         socket_lb = opts.socket_lb,
-        devices = ?opts.devices,
+        devices = ?attached,
         "datapath attached"
     );
-    let reconciler =
-        Reconciler::restore(datapath.maps).context("restoring state from pinned maps")?;
+    let reconciler = Reconciler::restore(maps).context("restoring state from pinned maps")?;
     info!(
         restored_frontends = reconciler.frontend_count(),
         "state restored from pinned maps"
@@ -408,15 +544,19 @@ async fn run_async(args: RunArgs, node: String) -> Result<()> {
     }
 
     let (tx, rx) = mpsc::channel(64);
-    if !packet.devices.is_empty() {
-        // Weak: the controller stops when the real source is gone, and this
-        // poller must not keep it alive.
-        tokio::spawn(watch_node_addresses(
-            packet.devices.clone(),
-            addresses.clone(),
-            tx.downgrade(),
-        ));
-    }
+    // Weak: the controller stops when the real source is gone, and this
+    // poller must not keep it alive.
+    tokio::spawn(watch_node_addresses(addresses.clone(), tx.downgrade()));
+    let sockets = match sockdestroy::open_revsock(&opts.pins.maps()) {
+        Ok(revsock) => SocketReaper::spawn(revsock, args.proc_root.clone()),
+        Err(e) => {
+            warn!(
+                "cannot open {}: {e}; stale UDP sockets are not destroyed",
+                weir_abi::MAP_REVSOCK
+            );
+            SocketReaper::default()
+        }
+    };
     let store = Store::with_options(
         NodeInfo {
             name: node.clone(),
@@ -431,8 +571,8 @@ async fn run_async(args: RunArgs, node: String) -> Result<()> {
         metrics: metrics.clone(),
         health: health.clone(),
         reports: Reports::none(),
-        health_checks: Arc::new(HealthChecks::serve_all()),
-        sockets: Arc::new(SocketReaper::spawn()),
+        health_checks: Arc::new(HealthChecks::serve_all(health.clone())),
+        sockets: Arc::new(sockets),
     };
     let source = match &args.manifests {
         Some(dir) => tokio::spawn(manifests::run(dir.clone(), tx)),
@@ -493,25 +633,19 @@ async fn run_async(args: RunArgs, node: String) -> Result<()> {
     Ok(())
 }
 
-/// How often the --devices addresses are read again (DHCP renewals, an
-/// address added by hand).
+/// How often the node addresses are read again (DHCP renewals, an address
+/// added by hand).
 const NODE_ADDRESS_POLL: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Sends the node addresses to the store whenever they change.
-async fn watch_node_addresses(
-    devices: Vec<String>,
-    mut current: Vec<std::net::IpAddr>,
-    tx: mpsc::WeakSender<SourceMsg>,
-) {
+async fn watch_node_addresses(mut current: Vec<std::net::IpAddr>, tx: mpsc::WeakSender<SourceMsg>) {
     let mut tick = tokio::time::interval(NODE_ADDRESS_POLL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;
     loop {
         tick.tick().await;
-        let fresh = match node_addrs::addresses_of(&devices) {
+        let fresh = match node_addrs::node_addresses() {
             Ok(a) => a,
-            // A device vanished (being recreated, say): keep the last
-            // addresses rather than withdrawing every NodePort frontend.
             Err(e) => {
                 warn!("cannot re-read node addresses: {e}");
                 continue;
@@ -597,6 +731,11 @@ mod tests {
         assert!(a.packet.socket_lb);
         assert!(a.packet.devices.is_empty());
         assert_eq!(a.packet.nodeport_range, (30000, 32767));
+        assert_eq!(
+            (cfg.snat_port_min, cfg.snat_port_max),
+            (d.snat_port_min, d.snat_port_max)
+        );
+        assert_eq!(a.proc_root, PathBuf::from("/proc"));
         assert_eq!(a.packet.ct_max, weir_abi::DEFAULT_MAX_CT);
         assert_eq!(
             Acceleration::from(a.packet.acceleration),
@@ -613,8 +752,11 @@ mod tests {
             "--ct-timeout-udp=2s",
             "--ct-timeout-tcp=1h",
             "--nodeport-range=20000-22767",
+            "--snat-port-range=40000-40999",
         ]);
         assert_eq!(a.packet.devices, ["eth0", "eth1.100"]);
+        let (devs, accel) = a.packet.device_patterns().unwrap();
+        assert_eq!(devs, accel, "acceleration devices default to --devices");
         assert_eq!(
             Acceleration::from(a.packet.acceleration),
             Acceleration::BestEffort
@@ -623,6 +765,73 @@ mod tests {
         let cfg = a.packet.datapath_config().unwrap();
         assert_eq!((cfg.ct_udp, cfg.ct_tcp_established), (2, 3600));
         assert_eq!(a.packet.nodeport_range, (20000, 22767));
+        assert_eq!((cfg.snat_port_min, cfg.snat_port_max), (40000, 40999));
+    }
+
+    #[test]
+    fn device_patterns_and_acceleration_devices() {
+        let a = run_args(&["--devices=eth0,lxc+", "--acceleration-devices=eth0"]);
+        let (devs, accel) = a.packet.device_patterns().unwrap();
+        assert_eq!(
+            devs,
+            [
+                devices::Pattern::Exact("eth0".into()),
+                devices::Pattern::Prefix("lxc".into())
+            ]
+        );
+        assert_eq!(accel, [devices::Pattern::Exact("eth0".into())]);
+        let e = run_args(&["--devices=+"])
+            .packet
+            .device_patterns()
+            .unwrap_err();
+        assert!(e.to_string().contains("--devices"), "{e}");
+    }
+
+    #[test]
+    fn snat_range_is_validated_and_checked_for_overlap() {
+        for bad in [
+            "--snat-port-range=65000-61000",
+            "--snat-port-range=0-10",
+            "--snat-port-range=61000",
+            "--snat-port-range=61000-70000",
+        ] {
+            assert!(Cli::try_parse_from(["weir-agent", bad]).is_err(), "{bad}");
+        }
+        assert_eq!(
+            parse_local_port_range("32768\t60999\n"),
+            Some((32768, 60999))
+        );
+        assert_eq!(parse_local_port_range("junk"), None);
+        assert!(!ranges_overlap((61000, 65535), (32768, 60999)));
+        assert!(ranges_overlap((60999, 65535), (32768, 60999)));
+        assert!(ranges_overlap((40000, 40010), (32768, 60999)));
+        assert!(ranges_overlap((1024, 65535), (32768, 60999)));
+        assert!(!ranges_overlap((1024, 32767), (32768, 60999)));
+    }
+
+    #[test]
+    fn kernel_floor_applies_only_with_devices() {
+        assert_eq!(kernel_version("6.7.0-14-generic"), Some((6, 7)));
+        assert_eq!(kernel_version("6.16.3+deb13-amd64"), Some((6, 16)));
+        assert_eq!(kernel_version("5.15.0"), Some((5, 15)));
+        assert_eq!(kernel_version("6.1rc3"), Some((6, 1)));
+        assert_eq!(kernel_version("junk"), None);
+        let e = kernel_flags("6.6.30", true).unwrap_err().to_string();
+        assert!(
+            e.contains("BPF_FIB_LOOKUP_SRC") && e.contains("6.6.30"),
+            "{e}"
+        );
+        assert!(kernel_flags("junk", true).is_err());
+        assert_eq!(kernel_flags("6.6.30", false).unwrap(), 0);
+        assert_eq!(kernel_flags("6.7.0", true).unwrap(), 0);
+        assert_eq!(
+            kernel_flags("6.16.0", true).unwrap(),
+            weir_abi::CFG_F_CSUM_IPV6
+        );
+        assert_eq!(
+            kernel_flags("7.0.1", false).unwrap(),
+            weir_abi::CFG_F_CSUM_IPV6
+        );
     }
 
     #[test]

@@ -76,13 +76,67 @@ impl fmt::Display for Protocol {
     }
 }
 
-/// `VIP:port/proto`: what a client connects to.
+/// Which clients a frontend's map entries serve (the services-map key's
+/// `scope`).
+///
+/// An `externalTrafficPolicy: Local` frontend is two frontends in the maps:
+/// [`Scope::All`] with every endpoint, for clients inside the cluster (pods and
+/// the node itself, which kube-proxy sends to any endpoint even for external
+/// destinations), and [`Scope::External`] with only this node's endpoints,
+/// which the packet programs use for traffic from outside. Each has its own
+/// entries, rev-NAT id and backend ids. Every other frontend is `All` only.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Scope {
+    #[default]
+    All,
+    External,
+}
+
+impl Scope {
+    /// The ABI value (`weir_abi::SCOPE_*`).
+    pub const fn abi(self) -> u8 {
+        match self {
+            Self::All => weir_abi::SCOPE_ALL,
+            Self::External => weir_abi::SCOPE_EXTERNAL,
+        }
+    }
+
+    pub const fn from_abi(scope: u8) -> Option<Self> {
+        match scope {
+            weir_abi::SCOPE_ALL => Some(Self::All),
+            weir_abi::SCOPE_EXTERNAL => Some(Self::External),
+            _ => None,
+        }
+    }
+}
+
+/// `VIP:port/proto` in one scope: what a client connects to, and which view
+/// of it the datapath uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Frontend {
     /// IPv4 or IPv6; the frontend's family is this address's family.
     pub addr: IpAddr,
     pub port: u16,
     pub proto: Protocol,
+    /// Last, so that both scopes of one address sort next to each other.
+    pub scope: Scope,
+}
+
+impl Frontend {
+    /// A [`Scope::All`] frontend.
+    pub const fn new(addr: IpAddr, port: u16, proto: Protocol) -> Self {
+        Self {
+            addr,
+            port,
+            proto,
+            scope: Scope::All,
+        }
+    }
+
+    /// The same address, port and protocol in `scope`.
+    pub const fn in_scope(self, scope: Scope) -> Self {
+        Self { scope, ..self }
+    }
 }
 
 impl fmt::Display for Frontend {
@@ -93,17 +147,29 @@ impl fmt::Display for Frontend {
             "{}/{}",
             std::net::SocketAddr::new(self.addr, self.port),
             self.proto
-        )
+        )?;
+        match self.scope {
+            Scope::All => Ok(()),
+            Scope::External => f.write_str(" (external scope)"),
+        }
     }
 }
 
-/// Whether a backend takes new connections.
+/// Whether a backend takes new connections. Ordered from most to least
+/// usable: an endpoint seen twice (two slices during a rebalance) keeps the
+/// smaller state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum BackendState {
     /// Ready: chosen for new connections.
     Active,
     /// Terminating but still serving: chosen only when no backend is active.
     Terminating,
+    /// Terminating and no longer serving (`serving: false, terminating:
+    /// true`, a pod in graceful shutdown): never chosen for anything new, but
+    /// kept in the backends map (in no slot, `BACKEND_STATE_DRAINING`) so that
+    /// flows conntrack already tracks to it finish instead of being
+    /// re-balanced mid-stream. Gone once the endpoint leaves its slice.
+    Draining,
 }
 
 impl BackendState {
@@ -111,7 +177,14 @@ impl BackendState {
         match self {
             Self::Active => "active",
             Self::Terminating => "terminating",
+            Self::Draining => "draining",
         }
+    }
+
+    /// Whether new connections may use it (it has a slot): active, or
+    /// terminating as the fallback. Draining backends do not serve.
+    pub const fn serves(self) -> bool {
+        matches!(self, Self::Active | Self::Terminating)
     }
 }
 
@@ -149,11 +222,17 @@ impl FrontendKind {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DesiredFrontend {
     pub frontend: Frontend,
-    /// Usable backends only: endpoints that are not serving never get here.
+    /// Serving backends ([`BackendState::Active`], [`BackendState::Terminating`])
+    /// and draining ones ([`BackendState::Draining`]: in the backends map for
+    /// their tracked flows, in no slot). Endpoints neither serving nor
+    /// terminating never get here.
     pub backends: Vec<Backend>,
     pub kind: FrontendKind,
-    /// `externalTrafficPolicy: Local` on an external frontend: `backends` are
-    /// this node's only, and the datapath keeps the client address.
+    /// `externalTrafficPolicy: Local` on an external frontend (flag
+    /// `SVC_F_LOCAL`), set on both of its scopes: the [`Scope::All`] one has
+    /// the cluster-wide endpoints, for in-cluster clients, and tells the
+    /// packet programs to use the [`Scope::External`] one, whose `backends`
+    /// are this node's only and where the datapath keeps the client address.
     pub local: bool,
     /// `sessionAffinity: ClientIP` timeout in seconds (1..=86400).
     pub affinity: Option<u32>,
@@ -248,8 +327,9 @@ pub enum ServiceType {
 }
 
 impl ServiceType {
-    /// NodePort and LoadBalancer Services have node ports, and only they
-    /// honour `externalTrafficPolicy` (kube-proxy's `ExternalPolicyLocal`).
+    /// NodePort and LoadBalancer Services have node ports. (Whether
+    /// `externalTrafficPolicy` applies is wider: see
+    /// [`ServiceSpec::external_policy`].)
     pub const fn has_node_ports(self) -> bool {
         matches!(self, Self::NodePort | Self::LoadBalancer)
     }
@@ -270,8 +350,10 @@ pub struct ServiceSpec {
     /// `spec.internalTrafficPolicy`: which endpoints ClusterIP traffic may use.
     pub internal_policy: TrafficPolicy,
     /// `spec.externalTrafficPolicy`: which endpoints the external frontends
-    /// (node ports, external IPs, load-balancer IPs) may use. Always
-    /// `Cluster` unless the type has node ports, as in kube-proxy.
+    /// (node ports, external IPs, load-balancer IPs) may use for traffic from
+    /// outside the cluster. `Cluster` unless the Service is externally
+    /// accessible in kube-proxy's sense (`ExternalPolicyLocal`): type NodePort
+    /// or LoadBalancer, or a ClusterIP Service with external IPs.
     pub external_policy: TrafficPolicy,
     /// `spec.externalIPs`, in spec order (errors name them by index).
     pub external_ips: Vec<IpAddr>,
@@ -418,14 +500,21 @@ pub struct EndpointSpec {
 }
 
 impl EndpointSpec {
-    /// The state the datapath gives this endpoint, or `None` when it must never be
-    /// chosen (`serving: false`).
+    /// The state the datapath gives this endpoint, or `None` when it has no
+    /// place there at all (not serving and not terminating: a pod that is not
+    /// ready yet, or failed its readiness probe).
     pub const fn backend_state(&self) -> Option<BackendState> {
         // As kube-proxy: ready endpoints serve; without any, the ones that are
         // serving while terminating do (KEP-1669).
-        // `serving: false` never gets traffic, whatever `ready` says.
+        // `serving: false` never gets new traffic, whatever `ready` says; if
+        // it is terminating it drains: the flows it has keep going (Cilium
+        // keeps such backends for existing connections too).
         if !self.serving {
-            None
+            if self.terminating {
+                Some(BackendState::Draining)
+            } else {
+                None
+            }
         } else if self.ready {
             Some(BackendState::Active)
         } else if self.terminating {

@@ -1,4 +1,6 @@
-//! This node's addresses: those of the `--devices` interfaces.
+//! This node's addresses: those of every interface of the agent's network
+//! namespace (the node's), as kube-proxy's default `nodePortAddresses` (all
+//! local addresses), whatever `--devices` says.
 //!
 //! They are where NodePort frontends listen (one frontend per address, as the
 //! maps have no wildcard) and what an `externalIP` must not be. Only addresses
@@ -16,29 +18,16 @@ use std::{
 pub enum NodeAddrError {
     #[error("cannot list the network interfaces (getifaddrs)")]
     List(#[source] io::Error),
-    #[error("device {device} does not exist (given in --devices)")]
-    NoDevice { device: String },
 }
 
-/// The usable addresses of `devices`, sorted and deduplicated. A device that
-/// has no usable address is fine (it may get one later); one that does not
-/// exist is an error naming it.
-pub fn addresses_of(devices: &[String]) -> Result<Vec<IpAddr>, NodeAddrError> {
-    let all = interface_addresses()?;
-    let mut out = BTreeSet::new();
-    for dev in devices {
-        if !all.iter().any(|(name, _)| name == dev) && !device_exists(dev) {
-            return Err(NodeAddrError::NoDevice {
-                device: dev.clone(),
-            });
-        }
-        out.extend(
-            all.iter()
-                .filter(|(name, ip)| name == dev && ip.is_some_and(usable))
-                .filter_map(|(_, ip)| *ip),
-        );
-    }
-    Ok(out.into_iter().collect())
+/// The usable addresses of every interface, sorted and deduplicated.
+pub fn node_addresses() -> Result<Vec<IpAddr>, NodeAddrError> {
+    let all: BTreeSet<IpAddr> = interface_addresses()?
+        .into_iter()
+        .filter_map(|(_, ip)| ip)
+        .filter(|ip| usable(*ip))
+        .collect();
+    Ok(all.into_iter().collect())
 }
 
 /// Whether a network interface of this name exists in this namespace.
@@ -140,16 +129,9 @@ mod tests {
     }
 
     #[test]
-    fn loopback_has_no_node_address() {
-        assert_eq!(
-            addresses_of(&["lo".to_owned()]).unwrap(),
-            Vec::<IpAddr>::new()
-        );
-    }
-
-    #[test]
-    fn missing_device_is_named() {
-        let e = addresses_of(&["weir-nope0".to_owned()]).unwrap_err();
-        assert!(e.to_string().contains("weir-nope0"), "{e}");
+    fn node_addresses_are_usable_sorted_and_unique() {
+        let a = node_addresses().unwrap();
+        assert!(a.iter().all(|ip| usable(*ip)), "{a:?}");
+        assert!(a.windows(2).all(|w| w[0] < w[1]), "{a:?}");
     }
 }

@@ -8,7 +8,7 @@ use tracing::{debug, warn};
 
 use crate::{
     maps::{LbMaps, MapError, MapName, MapOp},
-    model::{DesiredFrontend, Frontend, ServiceId},
+    model::{DesiredFrontend, Frontend, Scope, ServiceId},
     planner::{self, Allocated, FrontendImage, Ids, Plan},
 };
 
@@ -133,11 +133,13 @@ impl<M: LbMaps> Reconciler<M> {
         desired: &[DesiredFrontend],
     ) -> Result<usize, ReconcileError> {
         for d in desired {
-            if d.backends.len() > usize::from(u16::MAX) {
+            // Slots are what the u16 counts address; draining backends take none.
+            let serving = d.backends.iter().filter(|b| b.state.serves()).count();
+            if serving > usize::from(u16::MAX) {
                 return Err(ReconcileError::TooManyBackends {
                     service: service.clone(),
                     frontend: d.frontend,
-                    count: d.backends.len(),
+                    count: serving,
                 });
             }
             if let Some(owner) = self.owners.get(&d.frontend)
@@ -154,17 +156,38 @@ impl<M: LbMaps> Reconciler<M> {
         let current = self.by_service.get(service).cloned().unwrap_or_default();
         let wanted: BTreeMap<Frontend, &DesiredFrontend> =
             desired.iter().map(|d| (d.frontend, d)).collect();
+        // The packet programs use an eTP=Local frontend's External-scope
+        // entries only while its All-scope master says LOCAL: so External
+        // entries are written before any All master (a frontend turning
+        // Local finds its local view in place) and removed after them (one
+        // turning Cluster or going away stops pointing there first). Hence:
+        // upserts External then All, then removals All then External.
+        let by_scope = |scope: Scope| {
+            wanted
+                .iter()
+                .filter(move |(fe, _)| fe.scope == scope)
+                .map(|(fe, d)| (*fe, *d))
+        };
+        let upserts: Vec<(Frontend, &DesiredFrontend)> = by_scope(Scope::External)
+            .chain(by_scope(Scope::All))
+            .collect();
+        let mut removed: Vec<Frontend> = current
+            .iter()
+            .filter(|fe| !wanted.contains_key(fe))
+            .copied()
+            .collect();
+        removed.sort_by_key(|fe| fe.scope != Scope::All);
         let mut plans = Vec::new();
-        for fe in current.iter().filter(|fe| !wanted.contains_key(fe)) {
-            plans.push(planner::plan(*fe, self.images.get(fe), None, &mut self.ids));
-        }
-        for (fe, d) in &wanted {
+        for (fe, d) in upserts {
             plans.push(planner::plan(
-                *fe,
-                self.images.get(fe),
+                fe,
+                self.images.get(&fe),
                 Some(d),
                 &mut self.ids,
             ));
+        }
+        for fe in removed {
+            plans.push(planner::plan(fe, self.images.get(&fe), None, &mut self.ids));
         }
 
         match self.apply_plans(service, plans) {

@@ -9,11 +9,19 @@
 //! `ECONNABORTED` once, and its next connect()/sendmsg() goes through the hooks
 //! again and reaches a live backend.
 //!
+//! Only sockets the socket hooks translated are touched: a socket qualifies
+//! when `WEIR_REVSOCK` holds `(its cookie, backend address, backend port)`,
+//! which the connect/sendmsg hooks wrote when they sent it to that backend.
+//! A socket an application connected to a pod address on its own is none of
+//! Weir's business, even if that pod was once a backend.
+//!
 //! Sockets live in every pod's network namespace, so a dedicated thread enters
-//! each namespace it can see (`/proc/*/ns/net`, deduplicated by inode, and the
-//! `ip netns` ones under `/run/netns`) and asks that namespace's sock_diag.
-//! setns() moves only the calling thread, which is why this is a std thread
-//! of its own and not a Tokio task.
+//! each namespace it can see (`<proc-root>/*/ns/net`, deduplicated by inode,
+//! and the `ip netns` ones under `/run/netns`) and asks that namespace's
+//! sock_diag. setns() moves only the calling thread, which is why this is a
+//! std thread of its own and not a Tokio task. The thread opens its own
+//! namespace once, at start, and returns to it after each walk; if it ever
+//! cannot, it stops reaping rather than go on in a pod's namespace.
 mod diag;
 
 use std::{
@@ -26,9 +34,41 @@ use std::{
     sync::mpsc,
 };
 
+use aya::maps::{HashMap as BpfHashMap, Map, MapData};
 pub use diag::DiagError;
 use diag::{Diag, DiagSocket};
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
+use weir_abi::{Addr, RevSockKey, RevSockValue};
+
+/// The pinned `WEIR_REVSOCK`: which backend each translated socket was sent to.
+pub type RevSock = BpfHashMap<MapData, RevSockKey, RevSockValue>;
+
+/// Opens the pinned `WEIR_REVSOCK` in `maps_dir`.
+pub fn open_revsock(maps_dir: &Path) -> Result<RevSock, aya::maps::MapError> {
+    let data = MapData::from_pin(maps_dir.join(weir_abi::MAP_REVSOCK))?;
+    RevSock::try_from(Map::from_map_data(data)?)
+}
+
+/// The `WEIR_REVSOCK` key of a socket `cookie` sent to `backend`.
+pub fn revsock_key(cookie: u64, backend: SocketAddr) -> RevSockKey {
+    let addr = match backend.ip() {
+        IpAddr::V4(v4) => Addr::from_v4(u32::from_ne_bytes(v4.octets())),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => Addr::from_v4(u32::from_ne_bytes(v4.octets())),
+            None => {
+                let b = v6.octets();
+                let w = |i: usize| u32::from_ne_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+                Addr([w(0), w(4), w(8), w(12)])
+            }
+        },
+    };
+    RevSockKey {
+        cookie,
+        addr,
+        port: backend.port().to_be(),
+        _pad: [0; 6],
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReapError {
@@ -58,14 +98,17 @@ pub struct SocketReaper {
 }
 
 impl SocketReaper {
-    /// Starts the reaper thread. If the thread cannot be started, sockets are
-    /// not reaped (applications see stale backends until they reconnect) but
-    /// load balancing is unaffected, so that is a warning, not a failure.
-    pub fn spawn() -> Self {
+    /// Starts the reaper thread. `revsock` is the pinned `WEIR_REVSOCK`
+    /// (only sockets it names are destroyed); `proc_root` is where the
+    /// node's processes are listed (`/proc`, or the host's mounted
+    /// elsewhere). If the thread cannot be started, sockets are not reaped
+    /// (applications see stale backends until they reconnect) but load
+    /// balancing is unaffected, so that is a warning, not a failure.
+    pub fn spawn(revsock: RevSock, proc_root: PathBuf) -> Self {
         let (tx, rx) = mpsc::channel();
         match std::thread::Builder::new()
             .name("weir-sockdestroy".into())
-            .spawn(move || run(&rx))
+            .spawn(move || run(&rx, &revsock, &proc_root))
         {
             Ok(_) => Self { tx: Some(tx) },
             Err(e) => {
@@ -90,7 +133,20 @@ impl SocketReaper {
     }
 }
 
-fn run(rx: &mpsc::Receiver<Vec<SocketAddr>>) {
+fn run(rx: &mpsc::Receiver<Vec<SocketAddr>>, revsock: &RevSock, proc_root: &Path) {
+    // Opened once: after every walk the thread must get back exactly here.
+    let own = match File::open("/proc/thread-self/ns/net") {
+        Ok(f) => f,
+        Err(e) => {
+            error!(
+                "cannot open the agent's network namespace: {e}; stale UDP sockets are not destroyed"
+            );
+            return;
+        }
+    };
+    let translated = |s: &DiagSocket, backend: SocketAddr| {
+        revsock.get(&revsock_key(s.cookie(), backend), 0).is_ok()
+    };
     while let Ok(mut gone) = rx.recv() {
         // Syncs come in bursts; one walk over the namespaces serves them all.
         while let Ok(more) = rx.try_recv() {
@@ -98,7 +154,15 @@ fn run(rx: &mpsc::Receiver<Vec<SocketAddr>>) {
         }
         gone.sort_unstable();
         gone.dedup();
-        let counts = reap_everywhere(&gone);
+        let counts = reap_everywhere(&gone, proc_root, &translated);
+        // SAFETY: setns on a descriptor we own; moves only this thread.
+        if unsafe { libc::setns(own.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+            error!(
+                "cannot return to the agent's network namespace: {}; stale UDP sockets are no longer destroyed",
+                io::Error::last_os_error()
+            );
+            return;
+        }
         for addr in &gone {
             let n = counts.get(addr).copied().unwrap_or(0);
             info!(backend = %addr, sockets = n, "destroyed connected UDP sockets of a removed backend");
@@ -108,29 +172,29 @@ fn run(rx: &mpsc::Receiver<Vec<SocketAddr>>) {
 
 /// Destroys the connected UDP sockets of the calling thread's current network
 /// namespace whose peer is `addr` (for IPv4 also `::ffff:addr` on IPv6
-/// sockets). Returns how many it destroyed. For integration tests and tools;
-/// the agent itself goes through [`SocketReaper`].
+/// sockets), whether or not the socket hooks translated them. Returns how
+/// many it destroyed. For integration tests and tools; the agent itself goes
+/// through [`SocketReaper`], which also asks `WEIR_REVSOCK`.
 pub fn destroy_udp_sockets_to(addr: SocketAddr) -> Result<usize, ReapError> {
-    let counts = reap_here(&[addr])?;
+    let counts = reap_here(&[addr], &|_: &DiagSocket, _| true)?;
     Ok(counts.values().sum())
 }
 
+/// Whether the socket hooks sent this socket to this (removed) backend.
+type Translated<'a> = dyn Fn(&DiagSocket, SocketAddr) -> bool + 'a;
+
 /// Every namespace, one after the other; a namespace that fails is logged and
-/// skipped. Counts per removed backend.
-fn reap_everywhere(gone: &[SocketAddr]) -> BTreeMap<SocketAddr, usize> {
+/// skipped. Counts per removed backend. Leaves the thread in whatever
+/// namespace it visited last: the caller returns it home.
+fn reap_everywhere(
+    gone: &[SocketAddr],
+    proc_root: &Path,
+    translated: &Translated<'_>,
+) -> BTreeMap<SocketAddr, usize> {
     let mut counts = BTreeMap::new();
-    let own = match File::open("/proc/thread-self/ns/net") {
-        Ok(f) => f,
-        Err(e) => {
-            warn!(
-                "cannot open this thread's network namespace: {e}; stale UDP sockets are not destroyed"
-            );
-            return counts;
-        }
-    };
     let mut failed = 0usize;
-    for path in namespaces() {
-        match reap_in(&path, gone) {
+    for path in namespaces(proc_root) {
+        match reap_in(&path, gone, translated) {
             Ok(found) => {
                 for (addr, n) in found {
                     *counts.entry(addr).or_insert(0) += n;
@@ -151,18 +215,15 @@ fn reap_everywhere(gone: &[SocketAddr]) -> BTreeMap<SocketAddr, usize> {
             "could not look for stale UDP sockets in some network namespaces (debug logs say why)"
         );
     }
-    // SAFETY: setns on a descriptor we own; moves only this thread.
-    if unsafe { libc::setns(own.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-        warn!(
-            "cannot return to the agent's network namespace: {}",
-            io::Error::last_os_error()
-        );
-    }
     counts
 }
 
 /// Enters `netns` (this thread only) and reaps there.
-fn reap_in(netns: &Path, gone: &[SocketAddr]) -> Result<BTreeMap<SocketAddr, usize>, ReapError> {
+fn reap_in(
+    netns: &Path,
+    gone: &[SocketAddr],
+    translated: &Translated<'_>,
+) -> Result<BTreeMap<SocketAddr, usize>, ReapError> {
     let f = File::open(netns).map_err(|source| ReapError::OpenNetns {
         path: netns.to_path_buf(),
         source,
@@ -174,11 +235,14 @@ fn reap_in(netns: &Path, gone: &[SocketAddr]) -> Result<BTreeMap<SocketAddr, usi
             source: io::Error::last_os_error(),
         });
     }
-    reap_here(gone)
+    reap_here(gone, translated)
 }
 
 /// Reaps in the thread's current namespace.
-fn reap_here(gone: &[SocketAddr]) -> Result<BTreeMap<SocketAddr, usize>, ReapError> {
+fn reap_here(
+    gone: &[SocketAddr],
+    translated: &Translated<'_>,
+) -> Result<BTreeMap<SocketAddr, usize>, ReapError> {
     let mut counts = BTreeMap::new();
     let has_v4 = gone.iter().any(SocketAddr::is_ipv4);
     let mut diag = Diag::open()?;
@@ -191,6 +255,7 @@ fn reap_here(gone: &[SocketAddr]) -> Result<BTreeMap<SocketAddr, usize>, ReapErr
             .connected_udp(family)?
             .into_iter()
             .filter_map(|s| matches(gone, s.peer()).map(|g| (g, s)))
+            .filter(|(g, s)| translated(s, *g))
             .collect();
         for (addr, sock) in victims {
             if diag.destroy(&sock)? {
@@ -216,11 +281,12 @@ fn matches(gone: &[SocketAddr], peer: SocketAddr) -> Option<SocketAddr> {
 }
 
 /// Paths of every network namespace visible here, one per namespace: the
-/// first process (or `ip netns` name) found for each `(dev, inode)`.
-fn namespaces() -> Vec<PathBuf> {
+/// first process (under `proc_root`) or `ip netns` name found for each
+/// `(dev, inode)`.
+fn namespaces(proc_root: &Path) -> Vec<PathBuf> {
     let mut seen = HashSet::new();
     let mut out = Vec::new();
-    let procs = std::fs::read_dir("/proc")
+    let procs = std::fs::read_dir(proc_root)
         .into_iter()
         .flatten()
         .flatten()
@@ -274,7 +340,7 @@ mod tests {
 
     #[test]
     fn own_namespace_is_listed_once() {
-        let all = namespaces();
+        let all = namespaces(Path::new("/proc"));
         let own = std::fs::metadata("/proc/self/ns/net").unwrap();
         let hits = all
             .iter()
@@ -282,6 +348,25 @@ mod tests {
             .filter(|m| (m.dev(), m.ino()) == (own.dev(), own.ino()))
             .count();
         assert_eq!(hits, 1);
+    }
+
+    #[test]
+    fn revsock_keys_use_the_abi_layout() {
+        let k = revsock_key(7, "10.0.0.9:53".parse().unwrap());
+        assert_eq!(k.cookie, 7);
+        assert_eq!(k.addr, Addr::from_v4(u32::from_ne_bytes([10, 0, 0, 9])));
+        assert_eq!(k.port, 53u16.to_be());
+        // An IPv6 socket's mapped peer is the same backend.
+        assert_eq!(revsock_key(7, "[::ffff:10.0.0.9]:53".parse().unwrap()), k);
+        let v6 = revsock_key(1, "[fd00::9]:53".parse().unwrap());
+        let mut bytes = [0u8; 16];
+        for (i, w) in v6.addr.0.iter().enumerate() {
+            bytes[i * 4..i * 4 + 4].copy_from_slice(&w.to_ne_bytes());
+        }
+        assert_eq!(
+            bytes,
+            "fd00::9".parse::<std::net::Ipv6Addr>().unwrap().octets()
+        );
     }
 
     #[test]

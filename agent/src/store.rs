@@ -16,9 +16,8 @@ use std::{
 
 pub use frontends::{DesiredService, HealthCheck};
 
-use crate::{
-    k8s::{FieldError, ObjectError, Problem},
-    model::{DesiredFrontend, NodeInfo, Protocol, ServiceId, ServiceSpec, SliceId, SliceSpec},
+use crate::model::{
+    DesiredFrontend, NodeInfo, Protocol, ServiceId, ServiceSpec, SliceId, SliceSpec,
 };
 
 /// A change from a source.
@@ -57,16 +56,71 @@ impl Default for StoreOptions {
 /// A Service the store refuses to program: every problem found, each naming
 /// its field. The Service gets no frontend; other Services are unaffected.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("service {service}: {errors}")]
+#[error("service {service}: {}", join(errors))]
 pub struct Rejected {
     pub service: ServiceId,
-    pub errors: ObjectError,
+    pub errors: Vec<StoreError>,
 }
 
-/// Who asks for a node port, ordered oldest first: the first claim owns it.
-/// Services without a creation time (manifests) sort after dated ones, then
-/// by namespace/name, so the owner never depends on the order events arrive in
-/// and stays the same across relists and restarts.
+fn join(errors: &[StoreError]) -> String {
+    errors
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// A check that needs more than the Service itself (the node, the agent's
+/// options, the other Services). Each message starts with the field path, as
+/// the converters' `k8s::FieldError` does, so one log line names the Service,
+/// the field and the bad value.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    #[error(
+        "spec.ports[{index}].nodePort: node port {port} is outside the node port range {min}-{max}"
+    )]
+    NodePortOutOfRange {
+        /// Index in `spec.ports`.
+        index: usize,
+        port: u16,
+        min: u16,
+        max: u16,
+    },
+    #[error(
+        "spec.ports[{index}].nodePort: node port {port}/{proto} is already used by Service {owner}, which claimed it first (claims are ordered by creationTimestamp, oldest first and Services without one last, then by namespace/name)"
+    )]
+    NodePortInUse {
+        index: usize,
+        port: u16,
+        proto: Protocol,
+        owner: ServiceId,
+    },
+    #[error(
+        "spec.externalIPs[{index}]: {ip} is an address of this node; an external IP must not be one"
+    )]
+    ExternalIpIsNodeAddress {
+        /// Index in `spec.externalIPs`.
+        index: usize,
+        ip: IpAddr,
+    },
+}
+
+impl StoreError {
+    /// JSON path of the field at fault, e.g. `spec.ports[1].nodePort`.
+    pub fn field(&self) -> String {
+        match self {
+            Self::NodePortOutOfRange { index, .. } | Self::NodePortInUse { index, .. } => {
+                format!("spec.ports[{index}].nodePort")
+            }
+            Self::ExternalIpIsNodeAddress { index, .. } => format!("spec.externalIPs[{index}]"),
+        }
+    }
+}
+
+/// A claim on a node port. Claims are ordered oldest first: Services without
+/// a creation time (manifests) sort after dated ones, then by namespace/name,
+/// so the winner never depends on the order events arrive in and stays the
+/// same across relists and restarts.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct Claim {
     undated: bool,
@@ -91,7 +145,8 @@ pub struct Store {
     services: HashMap<ServiceId, ServiceSpec>,
     slices: HashMap<SliceId, SliceSpec>,
     slices_by_service: HashMap<ServiceId, BTreeSet<SliceId>>,
-    /// Every claim on each node port (port, protocol).
+    /// Every claim on each node port (port, protocol), by the Services that
+    /// pass their own checks (see [`Store::node_port_keys`]).
     node_ports: HashMap<(u16, Protocol), BTreeSet<Claim>>,
 }
 
@@ -161,46 +216,149 @@ impl Store {
             Change::NodeAddresses(addresses) => {
                 if addresses != self.node.addresses {
                     self.node.addresses = addresses;
+                    // Whether a Service passes its own checks (external IPs
+                    // vs node addresses) may have changed, and with it the
+                    // claims it makes. Rare: rebuild them all.
+                    self.reclaim_all();
                     dirty.extend(self.services.keys().cloned());
                 }
             }
         }
     }
 
-    /// The node ports `svc` asks for and may own: only Services that get
-    /// frontends, and only ports inside the range (one outside is an error of
-    /// its own Service and must not take the port from a valid one).
+    /// The node ports `svc` claims: none unless it gets frontends and passes
+    /// its own checks. A Service refused for its own reasons (a node port out
+    /// of range, an external IP on this node) is not programmed, so it must
+    /// not hold a node port against another Service.
     fn node_port_keys(&self, svc: &ServiceSpec) -> Vec<(u16, Protocol)> {
-        if !svc.kind.has_node_ports() || svc.cluster_ips.is_empty() {
+        if !svc.kind.has_node_ports()
+            || svc.cluster_ips.is_empty()
+            || !self.own_errors(svc).is_empty()
+        {
             return Vec::new();
         }
         svc.ports
             .iter()
             .filter_map(|p| Some((p.node_port?, p.proto)))
-            .filter(|(n, _)| self.options.node_port_range.contains(n))
             .collect()
     }
 
     /// Records `svc`'s node-port claims; every Service contending for the
-    /// same ports may win or lose one now.
+    /// same ports, directly or through a chain of contenders, may win or
+    /// lose one now.
     fn claim(&mut self, svc: &ServiceSpec, dirty: &mut BTreeSet<ServiceId>) {
-        for key in self.node_port_keys(svc) {
-            let claims = self.node_ports.entry(key).or_default();
-            dirty.extend(claims.iter().map(|c| c.service.clone()));
-            claims.insert(Claim::of(svc));
+        let keys = self.node_port_keys(svc);
+        for key in &keys {
+            self.node_ports
+                .entry(*key)
+                .or_default()
+                .insert(Claim::of(svc));
         }
+        self.mark_contenders(keys, dirty);
     }
 
     fn unclaim(&mut self, svc: &ServiceSpec, dirty: &mut BTreeSet<ServiceId>) {
-        for key in self.node_port_keys(svc) {
-            if let Some(claims) = self.node_ports.get_mut(&key) {
+        let keys = self.node_port_keys(svc);
+        for key in &keys {
+            if let Some(claims) = self.node_ports.get_mut(key) {
                 claims.remove(&Claim::of(svc));
-                dirty.extend(claims.iter().map(|c| c.service.clone()));
                 if claims.is_empty() {
-                    self.node_ports.remove(&key);
+                    self.node_ports.remove(key);
                 }
             }
         }
+        self.mark_contenders(keys, dirty);
+    }
+
+    /// Marks every Service connected to `keys` through shared node ports: a
+    /// Service that loses one port gives up all of them, which may let a
+    /// younger contender of another port win it, and so on.
+    fn mark_contenders(&self, keys: Vec<(u16, Protocol)>, dirty: &mut BTreeSet<ServiceId>) {
+        let mut seen: BTreeSet<(u16, Protocol)> = BTreeSet::new();
+        // Not `dirty`: a Service already dirty for another reason must still
+        // lead on to its other ports' contenders.
+        let mut reached: BTreeSet<&ServiceId> = BTreeSet::new();
+        let mut todo = keys;
+        while let Some(key) = todo.pop() {
+            if !seen.insert(key) {
+                continue;
+            }
+            for c in self.node_ports.get(&key).into_iter().flatten() {
+                if reached.insert(&c.service)
+                    && let Some(svc) = self.services.get(&c.service)
+                {
+                    todo.extend(self.node_port_keys(svc));
+                }
+            }
+        }
+        dirty.extend(reached.into_iter().cloned());
+    }
+
+    /// Rebuilds every claim from scratch.
+    fn reclaim_all(&mut self) {
+        let claims: Vec<((u16, Protocol), Claim)> = self
+            .services
+            .values()
+            .flat_map(|svc| {
+                self.node_port_keys(svc)
+                    .into_iter()
+                    .map(move |k| (k, Claim::of(svc)))
+            })
+            .collect();
+        self.node_ports.clear();
+        for (key, claim) in claims {
+            self.node_ports.entry(key).or_default().insert(claim);
+        }
+    }
+
+    /// Whether the claimant holds all its node ports: no claim ahead of it on
+    /// any of them holds its own. Claims are settled oldest first, so a
+    /// Service that loses one port (and so gets no frontend) never blocks a
+    /// younger Service on another. Iterative (a long chain of contenders
+    /// must not exhaust the stack); `memo` keeps repeated calls linear.
+    fn holds(&self, claim: &Claim, memo: &mut HashMap<ServiceId, bool>) -> bool {
+        if let Some(&h) = memo.get(&claim.service) {
+            return h;
+        }
+        let earlier = |c: &Claim, key: &(u16, Protocol)| -> Vec<Claim> {
+            self.node_ports
+                .get(key)
+                .into_iter()
+                .flatten()
+                .take_while(|e| *e < c)
+                .cloned()
+                .collect()
+        };
+        let keys_of = |c: &Claim| {
+            self.services
+                .get(&c.service)
+                .map(|svc| self.node_port_keys(svc))
+                .unwrap_or_default()
+        };
+        // Every claim that can matter: older ones reachable through shared
+        // ports (a younger claim never takes a port from an older one).
+        let mut found: BTreeSet<Claim> = BTreeSet::new();
+        let mut todo = vec![claim.clone()];
+        while let Some(c) = todo.pop() {
+            if memo.contains_key(&c.service) || found.contains(&c) {
+                continue;
+            }
+            for key in keys_of(&c) {
+                todo.extend(earlier(&c, &key));
+            }
+            found.insert(c);
+        }
+        // Oldest first: whatever is ahead of a claim is settled before it.
+        for c in &found {
+            let holds = self.services.contains_key(&c.service)
+                && keys_of(c).iter().all(|key| {
+                    earlier(c, key)
+                        .iter()
+                        .all(|e| memo.get(&e.service) != Some(&true))
+                });
+            memo.insert(c.service.clone(), holds);
+        }
+        memo.get(&claim.service).copied().unwrap_or(false)
     }
 
     fn unindex(&mut self, service: &ServiceId, slice: &SliceId) {
@@ -234,7 +392,7 @@ impl Store {
         if !errors.is_empty() {
             return Err(Rejected {
                 service: id.clone(),
-                errors: ObjectError { errors },
+                errors,
             });
         }
         let slices: Vec<&SliceSpec> = self
@@ -253,56 +411,63 @@ impl Store {
         self.desired(id).map(|d| d.frontends).unwrap_or_default()
     }
 
-    /// The checks that need the node or the other Services.
-    fn validate(&self, svc: &ServiceSpec) -> Vec<FieldError> {
+    /// The checks that need the node or the options: the Service's own.
+    fn own_errors(&self, svc: &ServiceSpec) -> Vec<StoreError> {
         let mut errors = Vec::new();
         if svc.cluster_ips.is_empty() {
-            // No frontend of any kind: nothing to conflict with.
+            // No frontend of any kind: nothing to check.
             return errors;
         }
         let range = &self.options.node_port_range;
-        for (i, p) in svc.ports.iter().enumerate() {
+        for (index, p) in svc.ports.iter().enumerate() {
             let Some(port) = p.node_port.filter(|_| svc.kind.has_node_ports()) else {
                 continue;
             };
-            let field = format!("spec.ports[{i}].nodePort");
             if !range.contains(&port) {
-                errors.push(FieldError::new(
-                    field,
-                    Problem::NodePortOutOfRange {
-                        port,
-                        min: *range.start(),
-                        max: *range.end(),
-                    },
-                ));
-                continue;
-            }
-            let owner = self
-                .node_ports
-                .get(&(port, p.proto))
-                .and_then(|c| c.first())
-                .map(|c| &c.service);
-            if let Some(owner) = owner
-                && *owner != svc.id
-            {
-                errors.push(FieldError::new(
-                    field,
-                    Problem::NodePortInUse {
-                        port,
-                        proto: p.proto,
-                        owner: owner.clone(),
-                    },
-                ));
+                errors.push(StoreError::NodePortOutOfRange {
+                    index,
+                    port,
+                    min: *range.start(),
+                    max: *range.end(),
+                });
             }
         }
-        for (i, ip) in svc.external_ips.iter().enumerate() {
+        for (index, ip) in svc.external_ips.iter().enumerate() {
             // The node's own address would capture traffic meant for the node
             // (kubelet, SSH) on that port; kube-proxy docs warn, we refuse.
             if self.node.addresses.contains(ip) {
-                errors.push(FieldError::new(
-                    format!("spec.externalIPs[{i}]"),
-                    Problem::ExternalIpIsNodeAddress { ip: *ip },
-                ));
+                errors.push(StoreError::ExternalIpIsNodeAddress { index, ip: *ip });
+            }
+        }
+        errors
+    }
+
+    /// Its own checks, then, if it passes them, its node ports against the
+    /// other Services' claims.
+    fn validate(&self, svc: &ServiceSpec) -> Vec<StoreError> {
+        let mut errors = self.own_errors(svc);
+        if !errors.is_empty() || svc.cluster_ips.is_empty() || !svc.kind.has_node_ports() {
+            return errors;
+        }
+        let me = Claim::of(svc);
+        let mut memo = HashMap::new();
+        for (index, p) in svc.ports.iter().enumerate() {
+            let Some(port) = p.node_port else { continue };
+            // Only a claim ahead of ours can take the port from us.
+            let owner = self
+                .node_ports
+                .get(&(port, p.proto))
+                .into_iter()
+                .flatten()
+                .take_while(|c| **c < me)
+                .find(|c| self.holds(c, &mut memo));
+            if let Some(owner) = owner {
+                errors.push(StoreError::NodePortInUse {
+                    index,
+                    port,
+                    proto: p.proto,
+                    owner: owner.service.clone(),
+                });
             }
         }
         errors

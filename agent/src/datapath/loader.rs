@@ -11,7 +11,8 @@ use aya::{
 use tracing::{info, warn};
 
 use super::{
-    netdev::{self, Acceleration},
+    devices::{Devices, Pattern},
+    netdev::Acceleration,
     pins::Pins,
     sock,
 };
@@ -37,8 +38,12 @@ pub struct LoadOptions {
     /// Attach the cgroup socket hooks (`--socket-lb`); when false, hooks a
     /// previous run pinned are detached.
     pub socket_lb: bool,
-    /// Devices for `weir_tc_ingress` (and `weir_xdp`).
-    pub devices: Vec<String>,
+    /// Devices for `weir_tc_ingress` (and `weir_xdp`): exact names and
+    /// `prefix+` patterns.
+    pub devices: Vec<Pattern>,
+    /// The devices among those that also get `weir_xdp` (when
+    /// `acceleration` is not disabled).
+    pub acceleration_devices: Vec<Pattern>,
     pub acceleration: Acceleration,
     /// Conntrack timeouts written to `WEIR_CONFIG`; its flags are derived
     /// from the other options.
@@ -57,6 +62,7 @@ impl LoadOptions {
             ct_max: weir_abi::DEFAULT_MAX_CT,
             socket_lb: true,
             devices: Vec::new(),
+            acceleration_devices: Vec::new(),
             acceleration: Acceleration::Disabled,
             config: weir_abi::DEFAULT_CONFIG,
         }
@@ -70,7 +76,6 @@ impl LoadOptions {
         }
         weir_abi::Config {
             flags,
-            _pad: 0,
             ..self.config
         }
     }
@@ -122,8 +127,6 @@ pub enum LoadError {
         #[source]
         source: io::Error,
     },
-    #[error("device {device} (from --devices) does not exist")]
-    NoDevice { device: String },
     #[error("attaching weir_tc_ingress to {device} failed")]
     TcAttach {
         device: String,
@@ -151,8 +154,10 @@ pub enum LoadError {
 
 /// The loaded datapath. Dropping it leaves programs attached and maps pinned.
 pub struct Datapath {
-    _ebpf: Ebpf,
     pub maps: PinnedMaps,
+    /// The per-packet programs; [`Devices::spawn`] keeps them on the devices
+    /// that come and go.
+    pub devices: Devices,
 }
 
 impl Datapath {
@@ -164,13 +169,6 @@ impl Datapath {
         // typo in a flag changes nothing.
         if opts.socket_lb {
             sock::check_cgroup(&opts.cgroup)?;
-        }
-        for dev in &opts.devices {
-            if !crate::node_addrs::device_exists(dev) {
-                return Err(LoadError::NoDevice {
-                    device: dev.clone(),
-                });
-            }
         }
 
         let mut ebpf = EbpfLoader::new()
@@ -194,11 +192,17 @@ impl Datapath {
         } else {
             sock::detach_pinned(pins)?;
         }
-        netdev::attach_tc(&mut ebpf, pins, &opts.devices)?;
-        netdev::attach_xdp(&mut ebpf, pins, &opts.devices, opts.acceleration)?;
+        let mut devices = Devices::new(
+            ebpf,
+            pins.clone(),
+            opts.devices.clone(),
+            opts.acceleration_devices.clone(),
+            opts.acceleration,
+        );
+        devices.initial()?;
 
         let maps = PinnedMaps::open(&pins.maps())?;
-        Ok(Self { _ebpf: ebpf, maps })
+        Ok(Self { maps, devices })
     }
 }
 
@@ -216,6 +220,8 @@ fn write_config(ebpf: &mut Ebpf, config: weir_abi::Config) -> Result<(), LoadErr
         tcp_fin = config.ct_tcp_closing,
         udp = config.ct_udp,
         socket_lb = config.flags & weir_abi::CFG_F_SOCKET_LB != 0,
+        csum_ipv6 = config.flags & weir_abi::CFG_F_CSUM_IPV6 != 0,
+        snat_ports = %format_args!("{}-{}", config.snat_port_min, config.snat_port_max),
         "datapath configuration written"
     );
     Ok(())
@@ -419,5 +425,10 @@ mod tests {
         assert_eq!(opts.datapath_config().ct_udp, 5);
         opts.socket_lb = false;
         assert_eq!(opts.datapath_config().flags, 0);
+        opts.config.flags = weir_abi::CFG_F_CSUM_IPV6;
+        opts.config.snat_port_min = 50_000;
+        let c = opts.datapath_config();
+        assert_eq!(c.flags, weir_abi::CFG_F_CSUM_IPV6);
+        assert_eq!(c.snat_port_min, 50_000);
     }
 }

@@ -1,6 +1,7 @@
 //! The per-packet programs on the `--devices` interfaces: `weir_tc_ingress`
 //! on tcx ingress of every device, and `weir_xdp` (driver mode) when
-//! `--acceleration` asks for it.
+//! `--acceleration` asks for it, on the `--acceleration-devices` among them.
+//! Which devices those are, over time, is [`super::devices`]' business.
 //!
 //! Every attachment is a bpf link pinned under `<bpffs>/links`, so that a
 //! restarted agent swaps the program in place (`BPF_LINK_UPDATE`: no packet
@@ -20,7 +21,7 @@ use aya::{
     },
 };
 use aya_obj::generated::bpf_attach_type;
-use tracing::{info, warn};
+use tracing::info;
 
 use super::{
     LoadError, links,
@@ -40,90 +41,74 @@ pub enum Acceleration {
     BestEffort,
 }
 
-/// Attaches (or updates) `weir_tc_ingress` on every device and detaches it
-/// from devices no longer listed.
-pub(super) fn attach_tc(ebpf: &mut Ebpf, pins: &Pins, devices: &[String]) -> Result<(), LoadError> {
-    let kind = DevLink::Tc;
-    if !devices.is_empty() {
-        let name = kind.program();
-        let prog: &mut SchedClassifier = ebpf
-            .program_mut(name)
-            .ok_or(LoadError::MissingProgram { name })?
-            .try_into()
-            .map_err(|source| LoadError::Program { name, source })?;
-        prog.load()
-            .map_err(|source| LoadError::Program { name, source })?;
-        for dev in devices {
-            let ifindex = ifindex(dev)?;
-            let prog_fd = prog_fd(prog.fd(), name)?;
-            install(pins, kind, dev, prog_fd.as_fd(), ifindex, |staging| {
-                let attach_err = |source: ProgramError| LoadError::TcAttach {
-                    device: dev.clone(),
-                    source,
-                };
-                let id = prog
-                    .attach_with_options(
-                        dev,
-                        TcAttachType::Ingress,
-                        TcAttachOptions::TcxOrder(LinkOrder::default()),
-                    )
-                    .map_err(attach_err)?;
-                let link = FdLink::try_from(prog.take_link(id).map_err(attach_err)?)
-                    .map_err(|e| dev_err(kind, dev, io::Error::other(e)))?;
-                link.pin(staging)
-                    .map_err(|e| dev_err(kind, dev, io::Error::other(e)))?;
-                Ok(())
-            })?;
-        }
-    }
-    prune(pins, kind, devices)
-}
-
-/// Applies `--acceleration` to every device and detaches XDP from devices no
-/// longer listed (from all of them when disabled).
-pub(super) fn attach_xdp(
+/// Attaches (or takes over) `weir_tc_ingress` on `dev`, loading the program
+/// the first time.
+pub(super) fn attach_tc_one(
     ebpf: &mut Ebpf,
     pins: &Pins,
-    devices: &[String],
-    accel: Acceleration,
+    dev: &str,
+    ifindex: u32,
+) -> Result<(), LoadError> {
+    let kind = DevLink::Tc;
+    let name = kind.program();
+    let prog: &mut SchedClassifier = ebpf
+        .program_mut(name)
+        .ok_or(LoadError::MissingProgram { name })?
+        .try_into()
+        .map_err(|source| LoadError::Program { name, source })?;
+    if prog.fd().is_err() {
+        prog.load()
+            .map_err(|source| LoadError::Program { name, source })?;
+    }
+    let prog_fd = prog_fd(prog.fd(), name)?;
+    install(pins, kind, dev, prog_fd.as_fd(), ifindex, |staging| {
+        let attach_err = |source: ProgramError| LoadError::TcAttach {
+            device: dev.to_owned(),
+            source,
+        };
+        let id = prog
+            .attach_with_options(
+                dev,
+                TcAttachType::Ingress,
+                TcAttachOptions::TcxOrder(LinkOrder::default()),
+            )
+            .map_err(attach_err)?;
+        let link = FdLink::try_from(prog.take_link(id).map_err(attach_err)?)
+            .map_err(|e| dev_err(kind, dev, io::Error::other(e)))?;
+        link.pin(staging)
+            .map_err(|e| dev_err(kind, dev, io::Error::other(e)))?;
+        Ok(())
+    })
+}
+
+/// Attaches (or takes over) `weir_xdp` in driver mode on `dev`, loading the
+/// program the first time.
+pub(super) fn attach_xdp_one(
+    ebpf: &mut Ebpf,
+    pins: &Pins,
+    dev: &str,
+    ifindex: u32,
 ) -> Result<(), LoadError> {
     let kind = DevLink::Xdp;
-    if accel == Acceleration::Disabled || devices.is_empty() {
-        return prune(pins, kind, &[]);
-    }
     let name = kind.program();
     let prog: &mut Xdp = ebpf
         .program_mut(name)
         .ok_or(LoadError::MissingProgram { name })?
         .try_into()
         .map_err(|source| LoadError::Program { name, source })?;
-    prog.load()
-        .map_err(|source| LoadError::Program { name, source })?;
-    let prog_fd = prog_fd(prog.fd(), name)?;
-    let mut attached = Vec::new();
-    for dev in devices {
-        let ifindex = ifindex(dev)?;
-        let res = install(pins, kind, dev, prog_fd.as_fd(), ifindex, |staging| {
-            // Not aya's Xdp::attach: on EINVAL it falls back to a netlink
-            // attachment, which cannot be pinned and so would outlive this
-            // agent unmanaged.
-            let link = links::xdp_link_create(prog_fd.as_fd(), ifindex, links::XDP_FLAGS_DRV_MODE)
-                .map_err(|e| dev_err(kind, dev, e))?;
-            links::pin(link.as_fd(), staging).map_err(|e| dev_err(kind, dev, e))
-        });
-        match res {
-            Ok(()) => attached.push(dev.clone()),
-            Err(e) if accel == Acceleration::BestEffort => {
-                warn!(
-                    device = %dev,
-                    "XDP acceleration unavailable on {dev}: {}; NodePort traffic there is handled by TC",
-                    chain(&e)
-                );
-            }
-            Err(e) => return Err(e),
-        }
+    if prog.fd().is_err() {
+        prog.load()
+            .map_err(|source| LoadError::Program { name, source })?;
     }
-    prune(pins, kind, &attached)
+    let prog_fd = prog_fd(prog.fd(), name)?;
+    install(pins, kind, dev, prog_fd.as_fd(), ifindex, |staging| {
+        // Not aya's Xdp::attach: on EINVAL it falls back to a netlink
+        // attachment, which cannot be pinned and so would outlive this
+        // agent unmanaged.
+        let link = links::xdp_link_create(prog_fd.as_fd(), ifindex, links::XDP_FLAGS_DRV_MODE)
+            .map_err(|e| dev_err(kind, dev, e))?;
+        links::pin(link.as_fd(), staging).map_err(|e| dev_err(kind, dev, e))
+    })
 }
 
 /// Puts a device link in place: the pinned link of an earlier run on the same
@@ -190,7 +175,7 @@ fn install(
 
 /// Detaches and unpins every `kind` link whose device is not in `keep`
 /// (and any staging leftover of a crashed run).
-fn prune(pins: &Pins, kind: DevLink, keep: &[String]) -> Result<(), LoadError> {
+pub(super) fn prune(pins: &Pins, kind: DevLink, keep: &[String]) -> Result<(), LoadError> {
     let keep: Vec<String> = keep.iter().map(|d| dev_pin_name(kind, d)).collect();
     let Ok(entries) = std::fs::read_dir(pins.links()) else {
         return Ok(());
@@ -225,19 +210,6 @@ pub(super) fn detach_and_unpin(path: &Path) -> io::Result<bool> {
     }
 }
 
-fn ifindex(dev: &str) -> Result<u32, LoadError> {
-    let c = std::ffi::CString::new(dev).map_err(|_| LoadError::NoDevice {
-        device: dev.to_owned(),
-    })?;
-    // SAFETY: NUL-terminated string that outlives the call.
-    match unsafe { libc::if_nametoindex(c.as_ptr()) } {
-        0 => Err(LoadError::NoDevice {
-            device: dev.to_owned(),
-        }),
-        i => Ok(i),
-    }
-}
-
 fn prog_fd(
     fd: Result<&aya::programs::ProgramFd, ProgramError>,
     name: &'static str,
@@ -260,7 +232,7 @@ fn dev_err(kind: DevLink, dev: &str, source: io::Error) -> LoadError {
 }
 
 /// An error with its causes, on one line, for a warning.
-fn chain(e: &dyn std::error::Error) -> String {
+pub(super) fn chain(e: &dyn std::error::Error) -> String {
     let mut out = e.to_string();
     let mut cur = e.source();
     while let Some(s) = cur {

@@ -76,18 +76,28 @@ fn load_balancer_converts_every_external_part() {
 }
 
 #[test]
-fn cluster_ip_services_drop_node_ports_lb_ips_and_local_policy() {
+fn cluster_ip_services_drop_node_ports_and_lb_ips_and_keep_local_policy_with_external_ips() {
     let mut v = lb();
     v["spec"]["type"] = json!("ClusterIP");
-    let s = service(&svc(v)).unwrap().value;
+    let s = service(&svc(v.clone())).unwrap().value;
     assert_eq!(s.kind, ServiceType::ClusterIp);
     assert!(s.ports.iter().all(|p| p.node_port.is_none()));
     assert!(s.lb_ips.is_empty());
-    // kube-proxy's ExternalPolicyLocal is false without node ports.
-    assert_eq!(s.external_policy, TrafficPolicy::Cluster);
+    // A ClusterIP Service with external IPs is externally accessible in
+    // kube-proxy's sense (ExternalPolicyLocal), so eTP=Local holds for its
+    // external IPs.
+    assert_eq!(s.external_policy, TrafficPolicy::Local);
+    // The health check is for load balancers only.
     assert_eq!(s.health_check_node_port, None);
     // External IPs work on any type.
     assert_eq!(s.external_ips.len(), 2);
+
+    // Without external IPs it has no external frontend: the policy is moot
+    // and reads as Cluster.
+    v["spec"]["externalIPs"] = json!([]);
+    let s = service(&svc(v)).unwrap().value;
+    assert!(s.external_ips.is_empty());
+    assert_eq!(s.external_policy, TrafficPolicy::Cluster);
 
     let mut v = lb();
     v["spec"]["type"] = json!("NodePort");
@@ -199,7 +209,22 @@ fn affinity_timeout_bounds_name_the_field() {
 fn ip_families_must_match_cluster_ips() {
     let mut v = lb();
     v["spec"]["ipFamilies"] = json!(["IPv6", "IPv4"]);
-    assert_eq!(rejected(v), ["spec.ipFamilies[0]", "spec.ipFamilies[1]"]);
+    assert_eq!(
+        rejected(v.clone()),
+        ["spec.ipFamilies[0]", "spec.ipFamilies[1]"]
+    );
+    let e = service(&svc(v)).unwrap_err();
+    assert_eq!(
+        e.errors[0].problem,
+        Problem::FamilyMismatch {
+            family: crate::model::IpFamily::V6,
+            ip: "10.96.0.10".parse::<IpAddr>().unwrap()
+        }
+    );
+    assert_eq!(
+        e.errors[0].to_string(),
+        "spec.ipFamilies[0]: is IPv6 but the cluster IP at the same index is 10.96.0.10"
+    );
 
     let mut v = lb();
     v["spec"]["clusterIPs"] = json!(["10.96.0.10", "10.96.0.11"]);

@@ -79,7 +79,7 @@ pub enum Problem {
     #[error("is {family} but the cluster IP at the same index is {ip}")]
     FamilyMismatch {
         family: crate::model::IpFamily,
-        ip: String,
+        ip: std::net::IpAddr,
     },
     #[error("duplicate node port {port}/{proto}")]
     DuplicateNodePort {
@@ -92,16 +92,6 @@ pub enum Problem {
     AffinityTimeoutOutOfRange { value: i64 },
     #[error("{value:?} is not a valid CIDR (address/prefix length)")]
     InvalidCidr { value: String },
-    #[error("node port {port} is outside the node port range {min}-{max}")]
-    NodePortOutOfRange { port: u16, min: u16, max: u16 },
-    #[error("node port {port}/{proto} is already used by Service {owner}, which is older")]
-    NodePortInUse {
-        port: u16,
-        proto: crate::model::Protocol,
-        owner: crate::model::ServiceId,
-    },
-    #[error("{ip} is an address of this node; an external IP must not be one")]
-    ExternalIpIsNodeAddress { ip: std::net::IpAddr },
 }
 
 /// Why a whole object was rejected: every field problem found, at once.

@@ -68,9 +68,13 @@ pub fn service(svc: &Service) -> Result<Converted<ServiceSpec>, ObjectError> {
     )
     .map_err(|e| errors.push(e))
     .unwrap_or_default();
-    // kube-proxy's ExternalPolicyLocal: only Services with node ports honour
-    // it; a ClusterIP Service's external IPs always use every endpoint.
-    if !kind.has_node_ports() {
+    let external_ips = external::external_ips(&spec, &mut errors);
+    // kube-proxy's ExternalPolicyLocal: the policy applies only to Services
+    // that are externally accessible (apiservice.ExternallyAccessible): type
+    // NodePort or LoadBalancer, or ClusterIP with external IPs. A plain
+    // ClusterIP Service has no external frontend to apply it to.
+    let externally_accessible = kind.has_node_ports() || !external_ips.is_empty();
+    if !externally_accessible {
         external_policy = TrafficPolicy::Cluster;
     }
     let health_check_node_port = match (kind, external_policy, spec.health_check_node_port) {
@@ -82,7 +86,6 @@ pub fn service(svc: &Service) -> Result<Converted<ServiceSpec>, ObjectError> {
         _ => None,
     };
 
-    let external_ips = external::external_ips(&spec, &mut errors);
     let lb_ips = if kind == ServiceType::LoadBalancer {
         external::lb_ips(svc, &mut errors)
     } else {
@@ -224,10 +227,7 @@ fn check_families(
         if IpFamily::of(ip) != family && !flagged.contains(&i) {
             errors.push(FieldError::new(
                 format!("spec.ipFamilies[{i}]"),
-                Problem::FamilyMismatch {
-                    family,
-                    ip: ip.to_string(),
-                },
+                Problem::FamilyMismatch { family, ip: *ip },
             ));
         }
     }

@@ -360,12 +360,21 @@ fn endpoint_conditions_follow_the_api_defaults() {
             false,
             None,
         ),
+        // Graceful shutdown after readiness flipped: drains (kept for the
+        // flows it has, never picked).
+        (
+            json!({"ready": false, "serving": false, "terminating": true}),
+            false,
+            false,
+            true,
+            Some(BackendState::Draining),
+        ),
         (
             json!({"serving": false, "terminating": true}),
             true,
             false,
             true,
-            None,
+            Some(BackendState::Draining),
         ),
     ];
     for (conditions, ready, serving, terminating, state) in cases {

@@ -1,7 +1,7 @@
 //! A stable text rendering of map contents, for golden tests and debugging.
 use std::{fmt::Write as _, net::SocketAddr};
 
-use weir_abi::{Addr, BACKEND_STATE_TERMINATING};
+use weir_abi::{Addr, BACKEND_STATE_ACTIVE, BACKEND_STATE_DRAINING, BACKEND_STATE_TERMINATING};
 
 use super::Snapshot;
 use crate::model::Protocol;
@@ -9,7 +9,16 @@ use crate::model::Protocol;
 pub fn render(s: &Snapshot) -> String {
     let mut out = String::new();
     for (k, v) in &s.services {
-        let fe = frontend(k.addr, k.port, k.proto);
+        let mut fe = frontend(k.addr, k.port, k.proto);
+        // Only for the other scopes, so dumps without eTP=Local stay as they
+        // were.
+        match k.scope {
+            weir_abi::SCOPE_ALL => {}
+            weir_abi::SCOPE_EXTERNAL => fe.push_str(" scope=external"),
+            other => {
+                let _ = write!(fe, " scope={other}");
+            }
+        }
         if k.slot == 0 {
             let _ = write!(
                 out,
@@ -33,10 +42,13 @@ pub fn render(s: &Snapshot) -> String {
         }
     }
     for (id, b) in &s.backends {
-        let state = if b.state == BACKEND_STATE_TERMINATING {
-            "terminating"
-        } else {
-            "active"
+        let state = match b.state {
+            BACKEND_STATE_ACTIVE => "active".to_owned(),
+            BACKEND_STATE_TERMINATING => "terminating".to_owned(),
+            // In no slot: only its tracked flows reach it. The owner is
+            // shown because no slot line leads to it.
+            BACKEND_STATE_DRAINING => format!("draining revnat={}", b.rev_nat_id),
+            other => format!("state={other}"),
         };
         let _ = writeln!(
             out,

@@ -56,13 +56,46 @@ impl FakeMaps {
             ..key
         };
         let slot = self.state.services.get(&slot_key).ok_or(Refused)?;
+        // As `pick_in`: a draining backend found in a slot is no pick.
         self.state
             .backends
             .get(&slot.backend_id)
-            .filter(|b| b.rev_nat_id == master.rev_nat_id)
+            .filter(|b| {
+                b.rev_nat_id == master.rev_nat_id && b.state != weir_abi::BACKEND_STATE_DRAINING
+            })
             .copied()
             .map(Some)
             .ok_or(Refused)
+    }
+}
+
+impl FakeMaps {
+    /// What a new flow from outside the node to `key`'s frontend would reach
+    /// in the packet programs: they use the `SCOPE_EXTERNAL` entries when the
+    /// `SCOPE_ALL` master has `SVC_F_LOCAL` (a missing local view drops, as
+    /// a local view without endpoints does), the `SCOPE_ALL` ones otherwise.
+    pub fn connect_from_outside(
+        &self,
+        key: ServiceKey,
+        roll: u32,
+    ) -> Result<Option<Backend>, Refused> {
+        let all = ServiceKey {
+            scope: weir_abi::SCOPE_ALL,
+            ..key
+        };
+        match self.state.services.get(&ServiceKey { slot: 0, ..all }) {
+            Some(m) if m.flags & weir_abi::SVC_F_LOCAL != 0 => {
+                let external = ServiceKey {
+                    scope: weir_abi::SCOPE_EXTERNAL,
+                    ..key
+                };
+                match self.connect(external, roll)? {
+                    None => Err(Refused),
+                    found => Ok(found),
+                }
+            }
+            _ => self.connect(all, roll),
+        }
     }
 }
 

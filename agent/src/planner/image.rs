@@ -1,7 +1,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use weir_abi::{
-    Addr, BACKEND_STATE_ACTIVE, BACKEND_STATE_TERMINATING, Backend, RevNat, SCOPE_ALL,
+    Addr, BACKEND_STATE_ACTIVE, BACKEND_STATE_DRAINING, BACKEND_STATE_TERMINATING, Backend, RevNat,
     SVC_F_AFFINITY, SVC_F_EXTERNAL, SVC_F_LOCAL, SVC_F_NODEPORT, SVC_F_SRC_RANGES, ServiceKey,
     ServiceValue,
 };
@@ -52,7 +52,8 @@ impl FrontendImage {
             })
             .unwrap_or_default();
 
-        // Active backends take slots 1..=count, terminating ones follow; the
+        // Active backends take slots 1..=count, terminating ones follow;
+        // draining ones (sorted last) get a backend entry and no slot. The
         // sort inside each group keeps plans deterministic.
         // Never a backend of the other family: the datapath would refuse it,
         // and a v4 client cannot reach a v6 pod through a v4 VIP anyway.
@@ -74,7 +75,7 @@ impl FrontendImage {
             ..Self::default()
         };
         let (mut count, mut qcount) = (0u16, 0u16);
-        for (i, b) in ordered.iter().enumerate() {
+        for b in ordered {
             let value = Backend {
                 addr: be_addr(b.addr),
                 port: b.port.to_be(),
@@ -82,6 +83,7 @@ impl FrontendImage {
                 state: match b.state {
                     BackendState::Active => BACKEND_STATE_ACTIVE,
                     BackendState::Terminating => BACKEND_STATE_TERMINATING,
+                    BackendState::Draining => BACKEND_STATE_DRAINING,
                 },
                 rev_nat_id,
             };
@@ -94,7 +96,14 @@ impl FrontendImage {
                     id
                 });
             image.backends.insert(id, value);
-            let slot = u16::try_from(i + 1).unwrap_or(u16::MAX);
+            match b.state {
+                BackendState::Active => count += 1,
+                BackendState::Terminating => qcount += 1,
+                // Reachable by id only: conntrack entries name it, no slot
+                // does, so nothing new picks it.
+                BackendState::Draining => continue,
+            }
+            let slot = count.saturating_add(qcount);
             image.services.insert(
                 slot,
                 ServiceValue {
@@ -103,10 +112,6 @@ impl FrontendImage {
                     ..ServiceValue::default()
                 },
             );
-            match b.state {
-                BackendState::Active => count += 1,
-                BackendState::Terminating => qcount += 1,
-            }
         }
         image.src_ranges = desired
             .source_ranges
@@ -150,7 +155,8 @@ pub fn service_key(fe: Frontend, slot: u16) -> ServiceKey {
         port: fe.port.to_be(),
         slot,
         proto: fe.proto.ip_proto(),
-        scope: SCOPE_ALL,
+        // Each scope of an eTP=Local frontend is its own set of entries.
+        scope: fe.scope.abi(),
         _pad: [0; 2],
     }
 }

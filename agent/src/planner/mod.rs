@@ -8,8 +8,11 @@
 //! 2. upsert slots `1..`;
 //! 3. upsert the master (slot 0), which switches readers to the new slots;
 //! 4. prune: a deleted frontend's master first, then slots beyond the new counts,
-//!    then backends, source ranges and rev-NAT entries nothing points at any
-//!    more (the master no longer asks for a range before it goes).
+//!    then backends that turn draining (`BACKEND_STATE_DRAINING`: kept, in no
+//!    slot, for the flows conntrack tracks to them; the datapath never picks
+//!    one for anything new), then backends, source ranges and rev-NAT entries
+//!    nothing points at any more (the master no longer asks for a range
+//!    before it goes).
 //!
 //! A reader that loaded the old master can still find every slot and backend it
 //! names until step 4, and the datapath re-reads the master when a slot vanished
@@ -19,6 +22,8 @@ mod image;
 mod restore;
 
 use std::collections::BTreeMap;
+
+use weir_abi::BACKEND_STATE_DRAINING;
 
 pub use ids::{IdAllocator, Ids};
 pub use image::{FrontendImage, service_key};
@@ -77,8 +82,13 @@ pub fn diff(
     let new_img = new.unwrap_or(&empty);
     let mut ops = Vec::new();
 
+    // Draining backends are written with the pruning: a backend that stops
+    // serving must stay usable until no master names a slot with it, as a
+    // removed one does (the datapath refuses a draining backend found in a
+    // slot). They need no slot, so nothing has to wait for them.
+    let draining = |b: &weir_abi::Backend| b.state == BACKEND_STATE_DRAINING;
     for (&id, b) in &new_img.backends {
-        if old.backends.get(&id) != Some(b) {
+        if !draining(b) && old.backends.get(&id) != Some(b) {
             ops.push(MapOp::UpsertBackend(id, *b));
         }
     }
@@ -105,6 +115,11 @@ pub fn diff(
     for &slot in old.services.range(1..).map(|(s, _)| s) {
         if !new_img.services.contains_key(&slot) {
             ops.push(MapOp::DeleteService(service_key(frontend, slot)));
+        }
+    }
+    for (&id, b) in &new_img.backends {
+        if draining(b) && old.backends.get(&id) != Some(b) {
+            ops.push(MapOp::UpsertBackend(id, *b));
         }
     }
     for &id in old.backends.keys() {

@@ -2,12 +2,10 @@
 //! sync rewrites only what changed while the agent was away.
 use std::collections::{BTreeMap, BTreeSet};
 
-use weir_abi::SCOPE_ALL;
-
 use super::{FrontendImage, Ids};
 use crate::{
     maps::{MapOp, Snapshot},
-    model::{Frontend, Protocol},
+    model::{Frontend, Protocol, Scope},
 };
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -29,13 +27,17 @@ pub fn restore(s: &Snapshot) -> Restored {
         let Some(proto) = Protocol::from_ip_proto(k.proto) else {
             continue;
         };
-        if k.scope != SCOPE_ALL {
+        // Both scopes are frontends of their own (an eTP=Local frontend's
+        // local-only view has its own master, slots and rev-NAT id); an
+        // unknown scope is an orphan.
+        let Some(scope) = Scope::from_abi(k.scope) else {
             continue;
-        }
+        };
         let fe = Frontend {
             addr: crate::maps::ip_addr(k.addr),
             port: u16::from_be(k.port),
             proto,
+            scope,
         };
         let mut image = FrontendImage {
             rev_nat_id: master.rev_nat_id,
@@ -75,6 +77,22 @@ pub fn restore(s: &Snapshot) -> Restored {
         match by_revnat.get_mut(&r.rev_nat_id()) {
             Some(img) if r.rev_nat_id() != 0 => drop(img.src_ranges.insert(*r)),
             _ => out.orphans.push(MapOp::DeleteSrcRange(*r)),
+        }
+    }
+    // So do draining backends (`BACKEND_STATE_DRAINING`): no slot names
+    // them, they are kept for the flows conntrack tracks to them, and the
+    // next plan keeps or prunes them like any backend of the frontend. Any
+    // other backend no slot reaches is an orphan.
+    for (&id, b) in &s.backends {
+        if claimed_backends.contains(&id)
+            || b.rev_nat_id == 0
+            || b.state != weir_abi::BACKEND_STATE_DRAINING
+        {
+            continue;
+        }
+        if let Some(img) = by_revnat.get_mut(&b.rev_nat_id) {
+            img.backends.insert(id, *b);
+            claimed_backends.insert(id);
         }
     }
 

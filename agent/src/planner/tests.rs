@@ -28,6 +28,7 @@ fn vip(last: u8, port: u16, proto: Protocol) -> Frontend {
         addr: IpAddr::from([10, 96, 0, last]),
         port,
         proto,
+        scope: crate::model::Scope::All,
     }
 }
 
@@ -45,6 +46,13 @@ fn be(last: u8, state: BackendState) -> Backend {
 
 fn active(lasts: &[u8]) -> Vec<Backend> {
     lasts.iter().map(|&l| be(l, BackendState::Active)).collect()
+}
+
+fn draining(lasts: &[u8]) -> Vec<Backend> {
+    lasts
+        .iter()
+        .map(|&l| be(l, BackendState::Draining))
+        .collect()
 }
 
 fn terminating(lasts: &[u8]) -> Vec<Backend> {
@@ -132,6 +140,7 @@ impl World {
 /// Position of an op in make-before-break order.
 fn phase(op: &MapOp) -> u8 {
     match op {
+        MapOp::UpsertBackend(_, b) if b.state == weir_abi::BACKEND_STATE_DRAINING => 7,
         MapOp::UpsertBackend(..) => 0,
         MapOp::UpsertRevNat(..) => 1,
         MapOp::UpsertSrcRange(_) => 2,
@@ -139,9 +148,9 @@ fn phase(op: &MapOp) -> u8 {
         MapOp::UpsertService(..) => 4,
         MapOp::DeleteService(k) if k.slot == 0 => 5,
         MapOp::DeleteService(_) => 6,
-        MapOp::DeleteBackend(_) => 7,
-        MapOp::DeleteSrcRange(_) => 8,
-        MapOp::DeleteRevNat(_) => 9,
+        MapOp::DeleteBackend(_) => 8,
+        MapOp::DeleteSrcRange(_) => 9,
+        MapOp::DeleteRevNat(_) => 10,
     }
 }
 
@@ -184,6 +193,7 @@ fn frontend_of(k: &ServiceKey) -> Frontend {
         addr: crate::maps::ip_addr(k.addr),
         port: u16::from_be(k.port),
         proto: Protocol::from_ip_proto(k.proto).expect("known protocol"),
+        scope: crate::model::Scope::from_abi(k.scope).expect("known scope"),
     }
 }
 
@@ -343,6 +353,119 @@ fn golden_active_and_terminating() {
     let m = w.master(web());
     assert_eq!((m.count, m.qcount), (0, 2));
     check_golden("active_and_terminating", &t.0);
+}
+
+#[test]
+fn golden_serving_draining_gone() {
+    let mut w = World::new();
+    let mut t = Transcript::default();
+    let p = w.set(web(), &active(&[1, 2, 3]));
+    t.record("3 active backends", &p, &w.maps);
+
+    // 10.0.0.2 shuts down gracefully (serving: false, terminating: true):
+    // it keeps its id, leaves its slot and turns draining only once the
+    // master no longer names that slot.
+    let p = w.set(web(), &[active(&[1, 3]), draining(&[2])].concat());
+    t.record("10.0.0.2 drains", &p, &w.maps);
+    assert_eq!(short(&p.ops), ["S+2", "M+", "S-3", "B+2"]);
+    assert!(p.allocated.is_empty());
+    let m = w.master(web());
+    assert_eq!((m.count, m.qcount), (2, 0));
+    let b = w.maps.state.backends[&2];
+    assert_eq!(
+        (b.state, b.rev_nat_id),
+        (weir_abi::BACKEND_STATE_DRAINING, m.rev_nat_id)
+    );
+    assert!(
+        w.maps
+            .state
+            .services
+            .iter()
+            .all(|(k, v)| k.slot == 0 || v.backend_id != 2),
+        "a draining backend is in no slot"
+    );
+    // New connections never reach it.
+    for roll in 0..16 {
+        let got = w
+            .maps
+            .connect(service_key(web(), 0), roll)
+            .unwrap()
+            .unwrap();
+        assert_ne!(got.state, weir_abi::BACKEND_STATE_DRAINING);
+    }
+
+    // The last serving backend drains too: the frontend refuses new
+    // connections; both draining backends stay for their flows.
+    let p = w.set(web(), &[active(&[3]), draining(&[1, 2])].concat());
+    t.record("10.0.0.1 drains as well", &p, &w.maps);
+    assert_eq!(short(&p.ops), ["S+1", "M+", "S-2", "B+1"]);
+    let p = w.set(web(), &draining(&[1, 2, 3]));
+    t.record("every backend drains", &p, &w.maps);
+    assert_eq!(short(&p.ops), ["M+", "S-1", "B+3"]);
+    assert!(w.maps.connect(service_key(web(), 0), 0).is_err());
+    assert_eq!(w.maps.state.backends.len(), 3);
+
+    // The endpoints leave the slice: gone after the master.
+    let p = w.set(web(), &draining(&[3]));
+    t.record("10.0.0.1 and 10.0.0.2 leave the slice", &p, &w.maps);
+    assert_eq!(short(&p.ops), ["B-1", "B-2"]);
+    let p = w.delete(web());
+    t.record("delete the frontend", &p, &w.maps);
+    assert_eq!(short(&p.ops), ["M-", "B-3", "R-1"]);
+    assert_eq!(w.maps.state, Snapshot::default());
+    check_golden("serving_draining_gone", &t.0);
+}
+
+#[test]
+fn restore_keeps_draining_backends_of_restored_frontends_only() {
+    let mut w = World::new();
+    let dns = vip(11, 53, Protocol::Udp);
+    w.set(
+        web(),
+        &[active(&[1]), terminating(&[2]), draining(&[3, 4])].concat(),
+    );
+    w.set(dns, &draining(&[5]));
+    let clean = w.maps.state.clone();
+    let mut s = clean.clone();
+    // A draining backend of a rev-NAT id no frontend has: an orphan.
+    let mut stray = clean.backends[&3];
+    stray.rev_nat_id = 77;
+    s.backends.insert(50, stray);
+
+    let r = restore(&s);
+    assert_eq!(r.orphans, [MapOp::DeleteBackend(50)]);
+    assert_eq!(r.images, w.images);
+    let img = &r.images[&web()];
+    assert_eq!(img.backends.len(), 4);
+    assert_eq!(img.services.len(), 3, "master and two slots");
+    assert_eq!(r.images[&dns].backends.len(), 1);
+    // Replanning the same state writes nothing and keeps the ids (the
+    // flows conntrack tracks to them keep their backend).
+    let mut ids = r.ids.clone();
+    for (fe, b) in [
+        (
+            web(),
+            [active(&[1]), terminating(&[2]), draining(&[3, 4])].concat(),
+        ),
+        (dns, draining(&[5])),
+    ] {
+        let d = DesiredFrontend::plain(fe, b);
+        let p = plan(fe, r.images.get(&fe), Some(&d), &mut ids);
+        assert!(p.ops.is_empty(), "{fe}: {:?}", p.ops);
+    }
+    // Once the endpoint leaves, the restored draining backend is pruned.
+    let d = DesiredFrontend::plain(
+        web(),
+        [active(&[1]), terminating(&[2]), draining(&[4])].concat(),
+    );
+    let p = plan(web(), r.images.get(&web()), Some(&d), &mut ids);
+    let gone = w.images[&web()]
+        .backends
+        .iter()
+        .find(|(_, b)| b.addr == crate::maps::abi_addr(IpAddr::from([10, 0, 0, 3])))
+        .map(|(&id, _)| id)
+        .unwrap();
+    assert_eq!(p.ops, [MapOp::DeleteBackend(gone)]);
 }
 
 #[test]

@@ -11,7 +11,7 @@ use crate::{
         Capacity, Snapshot, dump,
         fake::{FakeMaps, Refused},
     },
-    model::{Backend, BackendState, Protocol},
+    model::{Backend, BackendState, Protocol, Scope},
     planner::service_key,
 };
 
@@ -101,6 +101,7 @@ fn fe(last: u8, port: u16) -> Frontend {
         addr: IpAddr::from([10, 96, 0, last]),
         port,
         proto: Protocol::Tcp,
+        scope: crate::model::Scope::All,
     }
 }
 
@@ -590,4 +591,208 @@ fn source_ranges_count_against_their_map() {
     assert!(state.src_ranges.is_empty(), "{:?}", state.src_ranges);
     let master = state.services[&service_key(fe(30, 443), 0)];
     assert_eq!((master.count, master.qcount), (0, 0));
+}
+
+/// A NodePort frontend on 192.168.0.10:30080: eTP=Cluster (one `All` scope
+/// with backends `10.5.0.{all}`), or eTP=Local (the `All` scope keeps every
+/// backend for in-cluster clients, the `External` scope has `local` only).
+fn node_port(local: Option<&[u8]>, all: &[u8]) -> Vec<DesiredFrontend> {
+    let fe = Frontend::new(IpAddr::from([192, 168, 0, 10]), 30080, Protocol::Tcp);
+    let d = DesiredFrontend {
+        kind: crate::model::FrontendKind::NodePort,
+        local: local.is_some(),
+        affinity: Some(60),
+        ..want(fe, 5, all)
+    };
+    let mut out = vec![d.clone()];
+    if let Some(hosts) = local {
+        out.push(DesiredFrontend {
+            frontend: fe.in_scope(Scope::External),
+            ..want(fe, 5, hosts)
+        });
+        let ext = out.last_mut().unwrap();
+        ext.kind = d.kind;
+        ext.local = true;
+        ext.affinity = d.affinity;
+    }
+    out
+}
+
+/// Replays `ops` on `start` one write at a time and checks that a client
+/// from outside always finds a frontend with backends (never a LOCAL master
+/// without its local view) and one inside always one of `inside`.
+fn assert_never_torn(start: &FakeMaps, ops: &[MapOp], inside: &[u8]) {
+    let key = service_key(
+        Frontend::new(IpAddr::from([192, 168, 0, 10]), 30080, Protocol::Tcp),
+        0,
+    );
+    let mut m = start.clone();
+    for (i, op) in ops.iter().enumerate() {
+        m.apply(op).unwrap();
+        for roll in 0..4 {
+            let out = m.connect_from_outside(key, roll);
+            assert!(
+                matches!(out, Ok(Some(_))),
+                "after write {i} ({op:?}): {out:?}"
+            );
+            let b = m.connect(key, roll).unwrap().unwrap();
+            let host = crate::maps::ip_addr(b.addr).to_string();
+            assert!(
+                inside.iter().any(|h| host == format!("10.5.0.{h}")),
+                "after write {i}: inside client reached {host}"
+            );
+        }
+    }
+}
+
+#[test]
+fn etp_local_local_view_is_written_before_and_removed_after_the_all_master() {
+    let (mut rec, maps) = new(ROOMY);
+    rec.sync_service(&id("np"), &node_port(None, &[1, 2]))
+        .unwrap();
+
+    // Cluster -> Local: the External scope first, then the All master turns
+    // LOCAL; in-cluster clients keep every backend throughout.
+    let start = maps.0.borrow().clone();
+    let from = start.log.len();
+    rec.sync_service(&id("np"), &node_port(Some(&[1]), &[1, 2]))
+        .unwrap();
+    let ops = maps.0.borrow().log[from..].to_vec();
+    assert_never_torn(&start, &ops, &[1, 2]);
+    let s = maps.state();
+    let all = service_key(node_port(None, &[]).remove(0).frontend, 0);
+    let ext = weir_abi::ServiceKey {
+        scope: weir_abi::SCOPE_EXTERNAL,
+        ..all
+    };
+    let (m_all, m_ext) = (s.services[&all], s.services[&ext]);
+    assert_eq!((m_all.count, m_ext.count), (2, 1));
+    let flags = weir_abi::SVC_F_EXTERNAL
+        | weir_abi::SVC_F_NODEPORT
+        | weir_abi::SVC_F_LOCAL
+        | weir_abi::SVC_F_AFFINITY;
+    assert_eq!((m_all.flags, m_ext.flags), (flags, flags));
+    // Separate rev-NAT ids and backend ids per scope.
+    assert_ne!(m_all.rev_nat_id, m_ext.rev_nat_id);
+    let ext_backend = s.services[&weir_abi::ServiceKey { slot: 1, ..ext }].backend_id;
+    let all_backends: Vec<u32> = (1..=2)
+        .map(|slot| s.services[&weir_abi::ServiceKey { slot, ..all }].backend_id)
+        .collect();
+    assert!(!all_backends.contains(&ext_backend));
+    assert_eq!(s.backends[&ext_backend].rev_nat_id, m_ext.rev_nat_id);
+    assert!(dump::render(&s).contains("192.168.0.10:30080/TCP scope=external slot=0 count=1"));
+    assert_eq!(rec.frontend_count(), 2);
+
+    // A restart rebuilds both scopes: re-syncing writes nothing.
+    let copy = maps.deep_clone();
+    let mut restored = Reconciler::restore(copy.clone()).unwrap();
+    assert_eq!(restored.unclaimed(), 2);
+    let before = copy.writes();
+    assert_eq!(
+        restored
+            .sync_service(&id("np"), &node_port(Some(&[1]), &[1, 2]))
+            .unwrap(),
+        0
+    );
+    assert_eq!(copy.writes(), before);
+    assert_eq!(restored.unclaimed(), 0);
+
+    // Local -> Cluster: the All master stops saying LOCAL before the local
+    // view goes.
+    let start = maps.0.borrow().clone();
+    let from = start.log.len();
+    rec.sync_service(&id("np"), &node_port(None, &[1, 2]))
+        .unwrap();
+    let ops = maps.0.borrow().log[from..].to_vec();
+    assert_never_torn(&start, &ops, &[1, 2]);
+    let s = maps.state();
+    assert!(!s.services.keys().any(|k| k.scope != weir_abi::SCOPE_ALL));
+    assert_eq!(rec.frontend_count(), 1);
+
+    // Deleting a Local Service: the All master goes first.
+    rec.sync_service(&id("np"), &node_port(Some(&[1]), &[1, 2]))
+        .unwrap();
+    let from = maps.0.borrow().log.len();
+    rec.sync_service(&id("np"), &[]).unwrap();
+    let log = maps.0.borrow().log[from..].to_vec();
+    let first_master_delete = log
+        .iter()
+        .find_map(|op| match op {
+            MapOp::DeleteService(k) if k.slot == 0 => Some(k.scope),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(first_master_delete, weir_abi::SCOPE_ALL);
+    assert_same(&Snapshot::default(), &maps.state(), "maps not empty");
+}
+
+#[test]
+fn draining_backends_survive_a_restart_and_a_failed_sync_rolls_them_back() {
+    let (mut rec, maps) = new(ROOMY);
+    let web = fe(1, 80);
+    let mut d = want(web, 0, &[1, 2, 3]);
+    rec.sync_service(&id("web"), std::slice::from_ref(&d))
+        .unwrap();
+    let serving = maps.state();
+
+    // 10.0.0.2 stops serving while terminating; the sync fails half-way and
+    // is rolled back: 10.0.0.2 is active and in its slot again.
+    d.backends[1].state = BackendState::Draining;
+    maps.fail_after(2);
+    assert!(
+        rec.sync_service(&id("web"), std::slice::from_ref(&d))
+            .is_err()
+    );
+    assert_same(
+        &serving,
+        &maps.state(),
+        "rollback restores the serving state",
+    );
+
+    rec.sync_service(&id("web"), std::slice::from_ref(&d))
+        .unwrap();
+    let drained = maps.state();
+    let b = drained
+        .backends
+        .values()
+        .find(|b| b.state == weir_abi::BACKEND_STATE_DRAINING)
+        .expect("a draining backend");
+    assert_eq!(crate::maps::ip_addr(b.addr), IpAddr::from([10, 0, 0, 2]));
+    assert_eq!(drained.backends.len(), 3);
+    assert_eq!(
+        drained.services[&service_key(web, 0)].count,
+        2,
+        "draining takes no slot"
+    );
+
+    // A restart keeps it (it is reachable by rev-NAT id only) and the same
+    // desired state writes nothing.
+    let restarted = maps.deep_clone();
+    let mut rec = Reconciler::restore(restarted.clone()).unwrap();
+    assert_same(
+        &drained,
+        &restarted.state(),
+        "restore must keep draining backends",
+    );
+    let writes = restarted.writes();
+    assert_eq!(
+        rec.sync_service(&id("web"), std::slice::from_ref(&d))
+            .unwrap(),
+        0
+    );
+    assert_eq!(restarted.writes(), writes, "re-syncing a wrote something");
+    assert!(rec.prune_unclaimed().is_empty());
+    assert_same(&drained, &restarted.state(), "nothing unclaimed");
+
+    // The endpoint leaves the slice: the backend goes.
+    d.backends.remove(1);
+    rec.sync_service(&id("web"), std::slice::from_ref(&d))
+        .unwrap();
+    let s = restarted.state();
+    assert_eq!(s.backends.len(), 2);
+    assert!(
+        s.backends
+            .values()
+            .all(|b| b.state == weir_abi::BACKEND_STATE_ACTIVE)
+    );
 }

@@ -70,6 +70,21 @@ impl DiagSocket {
         };
         SocketAddr::new(ip, port)
     }
+
+    /// `idiag_cookie`: the socket's cookie, the value
+    /// `bpf_get_socket_cookie()` returns for it (two host-order `u32`s,
+    /// low word first).
+    pub fn cookie(&self) -> u64 {
+        let w = |i: usize| {
+            u64::from(u32::from_ne_bytes([
+                self.id[i],
+                self.id[i + 1],
+                self.id[i + 2],
+                self.id[i + 3],
+            ]))
+        };
+        w(40) | (w(44) << 32)
+    }
 }
 
 /// One NETLINK_SOCK_DIAG socket in the caller's current network namespace.
@@ -287,6 +302,18 @@ fn parse_msg(payload: &[u8]) -> Option<DiagSocket> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cookie_is_the_last_two_words_of_the_id() {
+        let mut id = [0u8; SOCKID_LEN];
+        id[40..44].copy_from_slice(&0x1122_3344u32.to_ne_bytes());
+        id[44..48].copy_from_slice(&0x5566_7788u32.to_ne_bytes());
+        let s = DiagSocket {
+            family: libc::AF_INET as u8,
+            id,
+        };
+        assert_eq!(s.cookie(), 0x5566_7788_1122_3344);
+    }
 
     #[test]
     fn request_layout_matches_the_uapi_structs() {

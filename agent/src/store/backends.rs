@@ -56,6 +56,14 @@ pub fn local_ready(candidates: &[Candidate<'_>], node: &NodeInfo) -> Vec<IpAddr>
 /// active one is left, which is kube-proxy's "ready, else serving and
 /// terminating" fallback (KEP-1669) applied to the same narrowed set.
 ///
+/// Draining endpoints (terminating, no longer serving) stay too, narrowed the
+/// same way, so each belongs to the frontends it served: the planner keeps
+/// them in the backends map, in no slot, for the flows conntrack tracks to
+/// them. Under topology hints a draining endpoint without hints is kept as
+/// well: the EndpointSlice controller drops the hints of endpoints that stop
+/// being ready, so it may well have served this node's zone until now, and a
+/// slot-less backend costs new connections nothing.
+///
 /// `policy` is the internal policy for ClusterIP frontends and the external
 /// one for the others: kube-proxy's `CategorizeEndpoints` gives both kinds of
 /// traffic either its topology-narrowed cluster endpoints or its local ones.
@@ -70,12 +78,14 @@ pub fn backends_for(
     };
     let mut best: BTreeMap<(IpAddr, u16), BackendState> = BTreeMap::new();
     for &(port, ep) in candidates {
-        if !scope.admits(ep, node) {
-            continue;
-        }
         let Some(state) = ep.backend_state() else {
             continue;
         };
+        let admitted = scope.admits(ep, node)
+            || (state == BackendState::Draining && scope.admits_unhinted(ep));
+        if !admitted {
+            continue;
+        }
         for &addr in &ep.addrs {
             best.entry((addr, port))
                 .and_modify(|s| *s = (*s).min(state))
@@ -101,6 +111,16 @@ enum Scope {
 }
 
 impl Scope {
+    /// A hinted scope and an endpoint without the hints it looks at (they are
+    /// removed once an endpoint stops being ready).
+    fn admits_unhinted(self, ep: &EndpointSpec) -> bool {
+        match self {
+            Self::All | Self::Local => false,
+            Self::SameNode => ep.node_hints.is_empty(),
+            Self::SameZone => ep.zone_hints.is_empty(),
+        }
+    }
+
     fn admits(self, ep: &EndpointSpec, node: &NodeInfo) -> bool {
         match self {
             Self::All => true,

@@ -4,12 +4,9 @@
 use std::{collections::BTreeSet, net::IpAddr};
 
 use super::*;
-use crate::{
-    k8s::Problem,
-    model::{
-        BackendState, Cidr, EndpointSpec, FrontendKind, IpFamily, ServicePortSpec, ServiceType,
-        SlicePortSpec, TrafficPolicy,
-    },
+use crate::model::{
+    BackendState, Cidr, EndpointSpec, FrontendKind, IpFamily, Scope, ServicePortSpec, ServiceType,
+    SlicePortSpec, TrafficPolicy,
 };
 
 fn ip(s: &str) -> IpAddr {
@@ -197,19 +194,25 @@ fn node_port_service_has_no_ingress_frontends() {
 }
 
 #[test]
-fn external_traffic_policy_local_narrows_only_external_frontends() {
+fn external_traffic_policy_local_narrows_only_the_external_scope_of_external_frontends() {
     let mut svc = lb("web", 30080);
     svc.cluster_ips.truncate(1);
     svc.external_policy = TrafficPolicy::Local;
     svc.health_check_node_port = Some(32000);
     let store = web_store(svc);
+    // Each external frontend twice: the All scope keeps every endpoint (pods
+    // and the node reach external destinations through all of them, as with
+    // kube-proxy), the External scope has this node's only; both LOCAL.
     assert_eq!(
         summary(&store, "web"),
         [
             "10.96.0.10:80/TCP ClusterIp [10.0.0.1 10.0.0.2]",
-            "192.168.0.10:30080/TCP NodePort local [10.0.0.1]",
-            "198.51.100.1:80/TCP LoadBalancer local [10.0.0.1]",
-            "192.0.2.7:80/TCP ExternalIp local [10.0.0.1]",
+            "192.168.0.10:30080/TCP (external scope) NodePort local [10.0.0.1]",
+            "192.168.0.10:30080/TCP NodePort local [10.0.0.1 10.0.0.2]",
+            "198.51.100.1:80/TCP (external scope) LoadBalancer local [10.0.0.1]",
+            "198.51.100.1:80/TCP LoadBalancer local [10.0.0.1 10.0.0.2]",
+            "192.0.2.7:80/TCP (external scope) ExternalIp local [10.0.0.1]",
+            "192.0.2.7:80/TCP ExternalIp local [10.0.0.1 10.0.0.2]",
         ]
     );
     let hc = store
@@ -242,18 +245,29 @@ fn local_external_frontends_fall_back_to_local_terminating_endpoints_only() {
         &mut dirty,
     );
     let d = store.desired(&ServiceId::new("default", "web")).unwrap();
-    let np = d
-        .frontends
-        .iter()
-        .find(|d| d.kind == FrontendKind::NodePort)
-        .unwrap();
-    // The local terminating endpoint, never the remote ready one.
-    assert_eq!(
-        np.backends
+    let np = |scope| {
+        d.frontends
+            .iter()
+            .find(|d| d.kind == FrontendKind::NodePort && d.frontend.scope == scope)
+            .unwrap()
+            .backends
             .iter()
             .map(|b| (b.addr, b.state))
-            .collect::<Vec<_>>(),
+            .collect::<Vec<_>>()
+    };
+    // From outside: the local terminating endpoint, never the remote ready
+    // one.
+    assert_eq!(
+        np(Scope::External),
         [(ip("10.0.0.1"), BackendState::Terminating)]
+    );
+    // From inside: the cluster-wide set, whose fallback is its own.
+    assert_eq!(
+        np(Scope::All),
+        [
+            (ip("10.0.0.1"), BackendState::Terminating),
+            (ip("10.0.0.2"), BackendState::Active)
+        ]
     );
     // Health checks count ready endpoints only: the LB should drain us.
     assert_eq!(d.health_check.unwrap().local_endpoints, 0);
@@ -280,17 +294,19 @@ fn affinity_is_on_every_frontend_and_source_ranges_on_ingress_ones_by_family() {
     }
 }
 
-fn rejection(store: &Store, name: &str) -> Vec<(String, Problem)> {
+fn rejection(store: &Store, name: &str) -> Vec<StoreError> {
     let r = store
         .desired(&ServiceId::new("default", name))
         .expect_err("rejected");
     assert_eq!(r.service, ServiceId::new("default", name));
-    assert!(r.to_string().contains(&format!("default/{name}")), "{r}");
+    // One line names the Service, the field and the bad value (what the
+    // integration tests grep the log for).
+    let line = r.to_string();
+    assert!(line.contains(&format!("default/{name}")), "{line}");
+    for e in &r.errors {
+        assert!(line.contains(&format!("{}: ", e.field())), "{line}");
+    }
     r.errors
-        .errors
-        .into_iter()
-        .map(|e| (e.field, e.problem))
-        .collect()
 }
 
 #[test]
@@ -312,14 +328,16 @@ fn node_port_outside_the_range_rejects_only_that_service() {
     );
     assert_eq!(
         rejection(&store, "bad"),
-        [(
-            "spec.ports[0].nodePort".to_owned(),
-            Problem::NodePortOutOfRange {
-                port: 30_080,
-                min: 31_000,
-                max: 31_999
-            }
-        )]
+        [StoreError::NodePortOutOfRange {
+            index: 0,
+            port: 30_080,
+            min: 31_000,
+            max: 31_999
+        }]
+    );
+    assert_eq!(
+        rejection(&store, "bad")[0].to_string(),
+        "spec.ports[0].nodePort: node port 30080 is outside the node port range 31000-31999"
     );
     assert!(
         store
@@ -346,14 +364,19 @@ fn node_port_conflict_goes_to_the_older_service_whatever_the_order() {
         );
         assert_eq!(
             rejection(&store, "newer"),
-            [(
-                "spec.ports[0].nodePort".to_owned(),
-                Problem::NodePortInUse {
-                    port: 30_080,
-                    proto: Protocol::Tcp,
-                    owner: old.id.clone()
-                }
-            )]
+            [StoreError::NodePortInUse {
+                index: 0,
+                port: 30_080,
+                proto: Protocol::Tcp,
+                owner: old.id.clone()
+            }]
+        );
+        let msg = rejection(&store, "newer")[0].to_string();
+        assert!(
+            msg.starts_with(
+                "spec.ports[0].nodePort: node port 30080/TCP is already used by Service default/old, which claimed it first"
+            ),
+            "{msg}"
         );
         // The winner leaving hands the port over, and says so.
         let mut dirty = BTreeSet::new();
@@ -397,11 +420,12 @@ fn external_ip_on_a_node_address_names_the_index() {
     store.apply(Change::UpsertService(bad), &mut dirty);
     assert_eq!(
         rejection(&store, "bad"),
-        [(
-            "spec.externalIPs[1]".to_owned(),
-            Problem::ExternalIpIsNodeAddress { ip: ip(NODE_V4) }
-        )]
+        [StoreError::ExternalIpIsNodeAddress {
+            index: 1,
+            ip: ip(NODE_V4)
+        }]
     );
+    assert_eq!(rejection(&store, "bad")[0].field(), "spec.externalIPs[1]");
     assert_eq!(store.frontends(&ServiceId::new("default", "web")).len(), 8);
 }
 
@@ -428,4 +452,202 @@ fn node_addresses_change_every_service_and_node_labels_keep_them() {
         .map(|d| d.frontend.to_string())
         .collect();
     assert_eq!(nps, ["192.168.0.11:30080/TCP"]);
+}
+
+#[test]
+fn a_service_rejected_for_its_own_reasons_holds_no_node_port() {
+    // The older Service puts an external IP on a node address: refused, so
+    // the younger one keeps 30080.
+    let mut store = Store::new(node());
+    let mut dirty = BTreeSet::new();
+    let mut old = node_port_svc("old", 30_080, Some(100));
+    old.external_ips = vec![ip(NODE_V4)];
+    let young = node_port_svc("young", 30_080, Some(200));
+    store.apply(Change::UpsertService(old.clone()), &mut dirty);
+    store.apply(Change::UpsertService(young.clone()), &mut dirty);
+    assert!(matches!(
+        rejection(&store, "old")[..],
+        [StoreError::ExternalIpIsNodeAddress { index: 0, .. }]
+    ));
+    assert_eq!(store.frontends(&young.id).len(), 2);
+
+    // A second port out of range refuses the older one too.
+    let mut old2 = node_port_svc("old", 30_080, Some(100));
+    old2.ports.push(ServicePortSpec {
+        name: "x".into(),
+        port: 81,
+        proto: Protocol::Tcp,
+        node_port: Some(80),
+    });
+    let mut dirty = BTreeSet::new();
+    store.apply(Change::UpsertService(old2), &mut dirty);
+    // Refused before and after: no claim changed, the younger one is not
+    // even resynced.
+    assert!(!dirty.contains(&young.id));
+    assert_eq!(store.frontends(&young.id).len(), 2);
+
+    // Fixed: the older Service takes the port back and says so.
+    let mut dirty = BTreeSet::new();
+    store.apply(
+        Change::UpsertService(node_port_svc("old", 30_080, Some(100))),
+        &mut dirty,
+    );
+    assert!(dirty.contains(&young.id), "{dirty:?}");
+    assert!(store.desired(&young.id).is_err());
+    assert_eq!(store.frontends(&old.id).len(), 2);
+
+    // The node address moving away makes the first version valid again.
+    let mut dirty = BTreeSet::new();
+    store.apply(Change::UpsertService(young.clone()), &mut dirty);
+    store.apply(Change::UpsertService(old.clone()), &mut dirty);
+    assert!(store.desired(&young.id).is_ok());
+    store.apply(Change::NodeAddresses(vec![ip("192.168.0.99")]), &mut dirty);
+    assert!(store.desired(&old.id).is_ok());
+    assert!(store.desired(&young.id).is_err());
+}
+
+#[test]
+fn a_service_that_loses_one_node_port_holds_none_of_the_others() {
+    // a (oldest) has 30080; b wants 30080 and 30081; c (youngest) 30081.
+    // b loses 30080 and gets no frontend, so c keeps 30081.
+    let a = node_port_svc("a", 30_080, Some(100));
+    let mut b = node_port_svc("bb", 30_080, Some(200));
+    b.ports.push(ServicePortSpec {
+        name: "x".into(),
+        port: 81,
+        proto: Protocol::Tcp,
+        node_port: Some(30_081),
+    });
+    let c = node_port_svc("ccc", 30_081, Some(300));
+    let mut store = Store::new(node());
+    let mut dirty = BTreeSet::new();
+    for s in [&c, &b, &a] {
+        store.apply(Change::UpsertService(s.clone()), &mut dirty);
+    }
+    assert!(store.desired(&a.id).is_ok());
+    assert_eq!(
+        rejection(&store, "bb"),
+        [StoreError::NodePortInUse {
+            index: 0,
+            port: 30_080,
+            proto: Protocol::Tcp,
+            owner: a.id.clone()
+        }]
+    );
+    assert!(store.desired(&c.id).is_ok());
+
+    // a leaves: b wins both ports, c loses 30081 to it; the change reaches c
+    // through b, even when b was already dirty for another reason.
+    let mut dirty = BTreeSet::from([b.id.clone()]);
+    store.apply(Change::DeleteService(a.id.clone()), &mut dirty);
+    assert!(dirty.contains(&b.id) && dirty.contains(&c.id), "{dirty:?}");
+    assert!(store.desired(&b.id).is_ok());
+    assert!(matches!(
+        rejection(&store, "ccc")[..],
+        [StoreError::NodePortInUse { port: 30_081, .. }]
+    ));
+}
+
+#[test]
+fn cluster_ip_service_with_external_ips_honours_local_policy_on_them() {
+    let svc = ServiceSpec {
+        id: ServiceId::new("default", "web"),
+        kind: ServiceType::ClusterIp,
+        cluster_ips: vec![ip("10.96.0.10")],
+        ports: lb("web", 30080).ports,
+        external_ips: vec![ip("192.0.2.7")],
+        external_policy: TrafficPolicy::Local,
+        ..ServiceSpec::default()
+    };
+    let store = web_store(svc);
+    assert_eq!(
+        summary(&store, "web"),
+        [
+            "10.96.0.10:80/TCP ClusterIp [10.0.0.1 10.0.0.2]",
+            "192.0.2.7:80/TCP (external scope) ExternalIp local [10.0.0.1]",
+            "192.0.2.7:80/TCP ExternalIp local [10.0.0.1 10.0.0.2]",
+        ]
+    );
+}
+
+#[test]
+fn a_long_chain_of_contenders_settles_oldest_first() {
+    // s[i] claims 30000+i and 30001+i: s0 wins, s1 loses to it, so s2 wins,
+    // and so on, alternating down the chain.
+    let n = 300u16;
+    let mut store = Store::new(node());
+    let mut dirty = BTreeSet::new();
+    let svc = |i: u16| {
+        let mut s = node_port_svc(&format!("s{i:04}"), 30_000 + i, Some(i64::from(i)));
+        s.ports.push(ServicePortSpec {
+            name: "x".into(),
+            port: 81,
+            proto: Protocol::Tcp,
+            node_port: Some(30_001 + i),
+        });
+        s
+    };
+    for i in (0..n).rev() {
+        store.apply(Change::UpsertService(svc(i)), &mut dirty);
+    }
+    for i in [0, 1, 2, n - 2, n - 1] {
+        assert_eq!(store.desired(&svc(i).id).is_ok(), i % 2 == 0, "s{i}");
+    }
+    // The head leaving flips the whole chain.
+    let mut dirty = BTreeSet::new();
+    store.apply(Change::DeleteService(svc(0).id), &mut dirty);
+    assert_eq!(dirty.len(), usize::from(n));
+    for i in [1, 2, n - 2, n - 1] {
+        assert_eq!(store.desired(&svc(i).id).is_ok(), i % 2 == 1, "s{i}");
+    }
+}
+
+#[test]
+fn draining_endpoints_stay_with_the_scopes_they_served_and_never_count_as_local() {
+    let mut svc = lb("web", 30080);
+    svc.cluster_ips.truncate(1);
+    svc.external_policy = TrafficPolicy::Local;
+    svc.health_check_node_port = Some(32000);
+    let mut store = web_store(svc);
+    let mut dirty = BTreeSet::new();
+    // Graceful shutdown of both: readiness flipped, still terminating.
+    let mut s = slice(
+        "web-v4",
+        IpFamily::V4,
+        &[
+            ("10.0.0.1", "node-1", false),
+            ("10.0.0.2", "node-2", false),
+            ("10.0.0.3", "node-2", true),
+        ],
+    );
+    for ep in &mut s.endpoints[..2] {
+        ep.serving = false;
+    }
+    store.apply(Change::UpsertSlice(s), &mut dirty);
+    let d = store.desired(&ServiceId::new("default", "web")).unwrap();
+    let np = |scope| {
+        d.frontends
+            .iter()
+            .find(|d| d.kind == FrontendKind::NodePort && d.frontend.scope == scope)
+            .unwrap()
+            .backends
+            .iter()
+            .map(|b| (b.addr, b.state))
+            .collect::<Vec<_>>()
+    };
+    // From outside only the local endpoint ever served: it drains there.
+    assert_eq!(
+        np(Scope::External),
+        [(ip("10.0.0.1"), BackendState::Draining)]
+    );
+    assert_eq!(
+        np(Scope::All),
+        [
+            (ip("10.0.0.1"), BackendState::Draining),
+            (ip("10.0.0.2"), BackendState::Draining),
+            (ip("10.0.0.3"), BackendState::Active)
+        ]
+    );
+    // A draining local endpoint is no reason for the LB to send traffic here.
+    assert_eq!(d.health_check.unwrap().local_endpoints, 0);
 }

@@ -1,11 +1,13 @@
 //! The frontends of one valid Service: one per cluster IP, node address
-//! (NodePort), load-balancer IP and external IP, per port and family.
+//! (NodePort), load-balancer IP and external IP, per port and family, and a
+//! second, local-only scope of each external one under
+//! `externalTrafficPolicy: Local`.
 use std::collections::HashSet;
 
 use super::backends::{backends_for, candidates, local_ready};
 use crate::model::{
-    Backend, DesiredFrontend, Frontend, FrontendKind, IpFamily, NodeInfo, ServiceSpec, ServiceType,
-    SliceSpec, TrafficPolicy,
+    Backend, DesiredFrontend, Frontend, FrontendKind, IpFamily, NodeInfo, Scope, ServiceSpec,
+    ServiceType, SliceSpec, TrafficPolicy,
 };
 
 /// What a Service should look like in the datapath and around it.
@@ -30,17 +32,32 @@ pub fn desired(svc: &ServiceSpec, slices: &[&SliceSpec], node: &NodeInfo) -> Des
     let families = svc.families();
     let mut out = Vec::new();
     let mut seen = HashSet::new();
-    // eTP=Local only exists for Services with node ports (the converter
-    // resets it otherwise); it then covers all their external frontends.
+    // eTP=Local only exists for externally accessible Services (the
+    // converter resets it otherwise); it then covers all their external
+    // frontends.
     let local = svc.external_policy == TrafficPolicy::Local;
     for port in &svc.ports {
         for &family in &families {
             let cands = candidates(slices, family, &port.name, port.proto);
             let internal = backends_for(&cands, svc.internal_policy, node);
-            let external = if svc.external_policy == svc.internal_policy {
+            // kube-proxy's cluster endpoints (topology applied, no policy):
+            // external frontends of an eTP=Cluster Service use them for
+            // everyone, and those of an eTP=Local Service for in-cluster
+            // clients (pods and the node), which kube-proxy sends to any
+            // endpoint even for external destinations ("pod traffic for
+            // external destinations" short-circuits the local-only check).
+            let cluster = if svc.internal_policy == TrafficPolicy::Cluster {
                 internal.clone()
             } else {
-                backends_for(&cands, svc.external_policy, node)
+                backends_for(&cands, TrafficPolicy::Cluster, node)
+            };
+            // The local view of an eTP=Local Service: only this node's
+            // endpoints (terminating ones as a fallback within them), for
+            // traffic from outside.
+            let local_only = if local {
+                backends_for(&cands, TrafficPolicy::Local, node)
+            } else {
+                Vec::new()
             };
             let of_family = |ips: &[std::net::IpAddr]| -> Vec<std::net::IpAddr> {
                 ips.iter()
@@ -48,22 +65,19 @@ pub fn desired(svc: &ServiceSpec, slices: &[&SliceSpec], node: &NodeInfo) -> Des
                     .filter(|ip| IpFamily::of(ip) == family)
                     .collect()
             };
-            let mut add = |addr, port_number, kind, backends: &Vec<Backend>| {
-                let frontend = Frontend {
-                    addr,
-                    port: port_number,
-                    proto: port.proto,
-                };
+            let mut add = |addr, port_number, kind: FrontendKind, backends: &Vec<Backend>| {
+                let frontend = Frontend::new(addr, port_number, port.proto);
                 // The first kind to claim an address:port wins (a node address
                 // that is also a load-balancer IP, say); see the order below.
                 if !seen.insert(frontend) {
                     return;
                 }
-                out.push(DesiredFrontend {
+                let local = local && kind.is_external();
+                let d = DesiredFrontend {
                     frontend,
                     backends: backends.clone(),
                     kind,
-                    local: local && kind != FrontendKind::ClusterIp,
+                    local,
                     affinity: svc.affinity,
                     source_ranges: if kind == FrontendKind::LoadBalancer {
                         svc.source_ranges
@@ -74,25 +88,36 @@ pub fn desired(svc: &ServiceSpec, slices: &[&SliceSpec], node: &NodeInfo) -> Des
                     } else {
                         Vec::new()
                     },
-                });
+                };
+                if local {
+                    // Same flags, affinity and ranges; only this node's
+                    // endpoints. The datapath's packet programs switch to it
+                    // when the `All` master says LOCAL.
+                    out.push(DesiredFrontend {
+                        frontend: frontend.in_scope(Scope::External),
+                        backends: local_only.clone(),
+                        ..d.clone()
+                    });
+                }
+                out.push(d);
             };
             for ip in of_family(&svc.cluster_ips) {
                 add(ip, port.port, FrontendKind::ClusterIp, &internal);
             }
             if let Some(node_port) = port.node_port.filter(|_| svc.kind.has_node_ports()) {
                 for ip in of_family(&node.addresses) {
-                    add(ip, node_port, FrontendKind::NodePort, &external);
+                    add(ip, node_port, FrontendKind::NodePort, &cluster);
                 }
             }
             // Load-balancer IPs before external IPs: if one address is both,
             // its source ranges must not be lost.
             if svc.kind == ServiceType::LoadBalancer {
                 for ip in of_family(&svc.lb_ips) {
-                    add(ip, port.port, FrontendKind::LoadBalancer, &external);
+                    add(ip, port.port, FrontendKind::LoadBalancer, &cluster);
                 }
             }
             for ip in of_family(&svc.external_ips) {
-                add(ip, port.port, FrontendKind::ExternalIp, &external);
+                add(ip, port.port, FrontendKind::ExternalIp, &cluster);
             }
         }
     }

@@ -99,9 +99,14 @@ fn states_follow_kep_1669_and_duplicates_keep_best_state() {
         .iter()
         .map(|b| (last_octet(b.addr), b.state))
         .collect();
+    // Endpoint 3 stopped serving while terminating: it drains.
     assert_eq!(
         states,
-        vec![(1, BackendState::Active), (2, BackendState::Active)]
+        vec![
+            (1, BackendState::Active),
+            (2, BackendState::Active),
+            (3, BackendState::Draining)
+        ]
     );
     store.apply(
         Change::DeleteSlice(SliceId {
@@ -116,10 +121,14 @@ fn states_follow_kep_1669_and_duplicates_keep_best_state() {
         .iter()
         .map(|b| (last_octet(b.addr), b.state))
         .collect();
-    // Endpoint 3 is not serving and is never a backend.
+    // Endpoint 3 is not serving: never picked, only kept for its flows.
     assert_eq!(
         states,
-        vec![(1, BackendState::Active), (2, BackendState::Terminating)]
+        vec![
+            (1, BackendState::Active),
+            (2, BackendState::Terminating),
+            (3, BackendState::Draining)
+        ]
     );
 }
 
@@ -273,4 +282,45 @@ fn node_hints_win_over_zone_hints() {
     store.apply(Change::UpsertSlice(s), &mut dirty);
     let got: Vec<u8> = addrs(&store, &id).into_iter().map(|(a, _)| a).collect();
     assert_eq!(got, vec![1, 3], "both on node-1 by hint");
+}
+
+#[test]
+fn draining_endpoints_are_narrowed_like_the_ones_they_were() {
+    use BackendState::{Active, Draining};
+    let draining = |s: &mut SliceSpec, i: usize| {
+        let ep = &mut s.endpoints[i];
+        (ep.ready, ep.serving, ep.terminating) = (false, false, true);
+    };
+    let id = ServiceId::new("default", "t");
+    let mut dirty = BTreeSet::new();
+
+    // internalTrafficPolicy: Local: only this node's draining endpoint.
+    let mut store = Store::new(node("node-1", None));
+    let mut local = svc("t", [10, 96, 0, 9]);
+    local.internal_policy = TrafficPolicy::Local;
+    store.apply(Change::UpsertService(local), &mut dirty);
+    let mut s = topo_slice(&[(1, true), (2, true), (3, true), (4, true)], false);
+    draining(&mut s, 2);
+    draining(&mut s, 3);
+    store.apply(Change::UpsertSlice(s), &mut dirty);
+    assert_eq!(addrs(&store, &id), vec![(1, Active), (3, Draining)]);
+
+    // Zone hints: a draining endpoint hinted for another zone is not ours;
+    // one whose hints were dropped (they go when it stops being ready) may
+    // have served us and is kept; neither decides whether hints apply.
+    let mut store = Store::new(node("node-1", Some("zone-a")));
+    store.apply(Change::UpsertService(svc("t", [10, 96, 0, 9])), &mut dirty);
+    let mut s = topo_slice(
+        &[(1, true), (2, true), (3, true), (4, true), (5, true)],
+        true,
+    );
+    draining(&mut s, 2);
+    draining(&mut s, 3);
+    draining(&mut s, 4);
+    s.endpoints[4].zone_hints.clear();
+    store.apply(Change::UpsertSlice(s), &mut dirty);
+    assert_eq!(
+        addrs(&store, &id),
+        vec![(1, Active), (3, Draining), (5, Draining)]
+    );
 }

@@ -91,18 +91,34 @@ pub const BACKEND_STATE_ACTIVE: u8 = 0;
 /// Backend is terminating but still serving (`serving: true, terminating: true`);
 /// chosen only while the frontend has no active backend (KEP-1669).
 pub const BACKEND_STATE_TERMINATING: u8 = 1;
+/// Backend is terminating and no longer serving (`serving: false,
+/// terminating: true`): in the backends map but in no slot, so flows already
+/// tracked to it (conntrack) keep going while it drains and nothing new picks
+/// it. Removed when the endpoint leaves its EndpointSlice.
+pub const BACKEND_STATE_DRAINING: u8 = 2;
 
-/// Scope of a services-map entry: the frontend as every client sees it.
+/// Scope of a services-map entry: the frontend as clients inside the cluster
+/// see it (pods and the node's own processes), and as everyone sees a frontend
+/// that has no [`SCOPE_EXTERNAL`] entries.
 pub const SCOPE_ALL: u8 = 0;
+/// Scope of the entries the packet programs use for traffic arriving from
+/// outside when the `SCOPE_ALL` master has [`SVC_F_LOCAL`]: the frontend with
+/// only this node's endpoints (`externalTrafficPolicy: Local`), while the
+/// `SCOPE_ALL` entries keep every endpoint for in-cluster clients, as
+/// kube-proxy sends pod and node traffic for external destinations to any
+/// endpoint. Same master/slot layout, its own rev-NAT id.
+pub const SCOPE_EXTERNAL: u8 = 1;
 
 /// [`ServiceValue::flags`]: a NodePort, externalIP or load-balancer ingress
 /// frontend, reachable from outside the node. ClusterIP frontends have it clear.
 pub const SVC_F_EXTERNAL: u16 = 1 << 0;
 /// [`ServiceValue::flags`]: a NodePort frontend (one per node address).
 pub const SVC_F_NODEPORT: u16 = 1 << 1;
-/// [`ServiceValue::flags`]: `externalTrafficPolicy: Local`. The agent gives the
-/// frontend only this node's endpoints; the datapath keeps the client's source
-/// address (no SNAT) and drops new flows while `count + qcount` is 0.
+/// [`ServiceValue::flags`]: `externalTrafficPolicy: Local`. On the `SCOPE_ALL`
+/// master it tells the packet programs to use the [`SCOPE_EXTERNAL`] entries,
+/// which hold only this node's endpoints; there the datapath keeps the
+/// client's source address (no SNAT) and drops new flows while
+/// `count + qcount` is 0.
 pub const SVC_F_LOCAL: u16 = 1 << 2;
 /// [`ServiceValue::flags`]: `sessionAffinity: ClientIP`, timeout in
 /// [`ServiceValue::affinity_timeout`].
@@ -153,7 +169,8 @@ pub struct ServiceKey {
     pub slot: u16,
     /// IP protocol number (`PROTO_*`).
     pub proto: u8,
-    /// `SCOPE_*`; reserved for traffic-policy scoped entries.
+    /// `SCOPE_ALL`, or `SCOPE_EXTERNAL` for the local-only view of an
+    /// `externalTrafficPolicy: Local` frontend.
     pub scope: u8,
     /// Always zero, so keys hash the same in the kernel and in userspace.
     pub _pad: [u8; 2],
@@ -276,6 +293,13 @@ pub const CT_F_SNAT: u8 = 1 << 0;
 pub const CT_F_XDP: u8 = 1 << 1;
 /// [`CtValue::flags`]: the frontend is a ClusterIP translated per packet.
 pub const CT_F_CLUSTERIP: u8 = 1 << 2;
+/// [`CtValue::flags`]: the client (forward direction) sent a FIN. Set on both
+/// entries of the flow; TCP is closing only once both FINs (or an RST) were
+/// seen, so a half-closed connection keeps the established timeout.
+pub const CT_F_FIN_FORWARD: u8 = 1 << 3;
+/// [`CtValue::flags`]: the backend (reply direction) sent a FIN. Set on both
+/// entries of the flow.
+pub const CT_F_FIN_REPLY: u8 = 1 << 4;
 
 /// [`CtValue::tcp_state`]: a SYN was seen, no reply yet.
 pub const CT_TCP_SYN_SENT: u8 = 1;
@@ -366,6 +390,10 @@ pub struct SrcRangeKey {
 
 /// [`Config::flags`]: the cgroup socket hooks are attached (`--socket-lb`).
 pub const CFG_F_SOCKET_LB: u32 = 1 << 0;
+/// [`Config::flags`]: the kernel knows `BPF_F_IPV6` for
+/// `bpf_l4_csum_replace` (6.16+), which keeps `skb->csum` right on IPv6
+/// address rewrites of CHECKSUM_COMPLETE packets.
+pub const CFG_F_CSUM_IPV6: u32 = 1 << 1;
 
 /// The datapath's tunables, written by the agent at start (index 0).
 #[repr(C)]
@@ -381,8 +409,12 @@ pub struct Config {
     pub ct_udp: u32,
     /// `CFG_F_*`, host order.
     pub flags: u32,
-    /// Always zero.
-    pub _pad: u32,
+    /// First SNAT source port, host order. The range must stay outside the
+    /// node's `ip_local_port_range`: the programs cannot see the host's own
+    /// sockets, so a shared range would hand out tuples local connections use.
+    pub snat_port_min: u16,
+    /// Last SNAT source port, host order.
+    pub snat_port_max: u16,
 }
 
 /// Cilium's defaults: `bpf-ct-timeout-regular-tcp-syn` 60 s,
@@ -393,8 +425,14 @@ pub const DEFAULT_CONFIG: Config = Config {
     ct_tcp_closing: 10,
     ct_udp: 60,
     flags: CFG_F_SOCKET_LB,
-    _pad: 0,
+    snat_port_min: DEFAULT_SNAT_PORT_MIN,
+    snat_port_max: DEFAULT_SNAT_PORT_MAX,
 };
+
+/// Default SNAT port range: above Linux's default `ip_local_port_range`
+/// (32768-60999), so SNAT never collides with the node's own connections.
+pub const DEFAULT_SNAT_PORT_MIN: u16 = 61_000;
+pub const DEFAULT_SNAT_PORT_MAX: u16 = 65_535;
 
 /// Value of the per-CPU stats array.
 #[repr(C)]
@@ -439,7 +477,13 @@ pub const STAT_PASS_UNSUPPORTED: u32 = 9;
 pub const STAT_XDP_TO_TC: u32 = 10;
 /// Socket only: connect/sendmsg refused (no backend).
 pub const STAT_SOCK_REFUSED: u32 = 11;
-pub const STAT_REASONS: u32 = 12;
+/// Dropped: the kernel has no route to the backend (FIB lookup failed), so
+/// there is no address to SNAT to or next hop to redirect to.
+pub const STAT_DROP_NO_ROUTE: u32 = 12;
+/// Dropped: the translated packet exceeds the egress MTU (FIB lookup said
+/// fragmentation needed).
+pub const STAT_DROP_FRAG_NEEDED: u32 = 13;
+pub const STAT_REASONS: u32 = 14;
 /// Display names of the `STAT_*` reasons, by index.
 pub const STAT_REASON_NAMES: [&str; STAT_REASONS as usize] = [
     "pass",
@@ -454,6 +498,8 @@ pub const STAT_REASON_NAMES: [&str; STAT_REASONS as usize] = [
     "pass-unsupported",
     "xdp-to-tc",
     "sock-refused",
+    "drop-no-route",
+    "drop-frag-needed",
 ];
 /// Entries of [`MAP_STATS`].
 pub const STAT_ENTRIES: u32 = STAT_PROGS * STAT_REASONS;

@@ -1,12 +1,15 @@
 //! Per-packet load balancing: `weir_tc_ingress` on every `--devices` device
 //! and pod host-side veth, and the shared parsing both it and `weir_xdp` use.
 //!
-//! Only Ethernet frames carrying IPv4 without options and unfragmented, or
-//! IPv6 whose next header is TCP, UDP or SCTP directly, are translated. The
+//! Only Ethernet frames (TC: `skb->protocol` IPv4/IPv6 with a 14-byte
+//! Ethernet header in front) carrying IPv4 without options and unfragmented,
+//! or IPv6 whose next header is TCP, UDP or SCTP directly, are translated. The
 //! rest goes on untouched (counted as pass-unsupported when it is IP we
 //! decline).
 pub mod ctx;
 pub mod flow;
+pub mod new_flow;
+pub mod route;
 
 use aya_ebpf::{macros::classifier, programs::TcContext};
 use weir_abi::{
@@ -70,21 +73,24 @@ pub struct Hdr {
     pub tcp_flags: u8,
 }
 
-/// The L4 checksum of `proto`. Derived from the protocol rather than stored
+/// The L4 checksum of `proto`; `csum_v6` is `CFG_F_CSUM_IPV6`. Derived from the protocol rather than stored
 /// with the headers so that its offset stays a constant the verifier can
 /// check packet accesses against.
 #[inline(always)]
-pub fn l4_csum<const V6: bool>(proto: u8) -> L4Csum {
+pub fn l4_csum<const V6: bool>(proto: u8, csum_v6: bool) -> L4Csum {
+    let ipv6 = V6 && csum_v6;
     match proto {
         PROTO_TCP => L4Csum {
             off: l4_off(V6) + 16,
             udp: false,
+            ipv6,
         },
         PROTO_UDP => L4Csum {
             off: l4_off(V6) + 6,
             udp: true,
+            ipv6,
         },
-        _ => L4Csum { off: 0, udp: false },
+        _ => L4Csum::default(),
     }
 }
 
@@ -105,6 +111,12 @@ pub fn run<P: Pkt>(pkt: &mut P, xdp: bool) -> Verdict {
         count(prog_of(xdp), STAT_PASS, 0);
         return Verdict::Pass;
     };
+    // Offsets below assume a 14-byte Ethernet header; anything else (a
+    // tunnel or other L3 device seen by TC) is not ours to parse.
+    if !pkt.is_ethernet(ether_type) {
+        count(prog_of(xdp), STAT_PASS, 0);
+        return Verdict::Pass;
+    }
     match u16::from_be(ether_type) {
         ETH_P_IP => run_family::<P, false>(pkt, xdp),
         ETH_P_IPV6 => run_family::<P, true>(pkt, xdp),

@@ -1,8 +1,8 @@
 //! Backend selection shared by the socket hooks and the packet programs.
 use aya_ebpf::helpers::generated::bpf_get_prandom_u32;
 use weir_abi::{
-    Addr, AffinityKey, AffinityValue, BACKEND_STATE_ACTIVE, BACKEND_STATE_TERMINATING,
-    SVC_F_AFFINITY, ServiceKey, ServiceValue,
+    Addr, AffinityKey, AffinityValue, BACKEND_STATE_ACTIVE, BACKEND_STATE_DRAINING,
+    BACKEND_STATE_TERMINATING, SVC_F_AFFINITY, ServiceKey, ServiceValue,
 };
 
 use crate::maps::{AFFINITY, BACKENDS, SERVICES};
@@ -25,12 +25,14 @@ pub fn pick_backend(key: &mut ServiceKey, master: &ServiceValue, roll: u32) -> O
         return Some(pick);
     }
     // The agent writes a shrinking frontend's new master before it prunes the
-    // slots beyond it, so a slot can vanish between our two lookups. Read the
-    // master again and pick within what it holds now.
+    // slots beyond it, so a slot can vanish between our two lookups; and it
+    // marks a backend draining before it takes it out of the slots. Read the
+    // master again and pick within what it holds now, from another slot so a
+    // draining backend still in the old layout is not hit twice.
     key.slot = 0;
     // SAFETY: values are plain integers; entries are freed only after RCU.
     let fresh = *unsafe { SERVICES.get(*key) }?;
-    pick_in(key, &fresh, roll)
+    pick_in(key, &fresh, roll.wrapping_add(1))
 }
 
 #[inline(always)]
@@ -49,13 +51,21 @@ fn pick_in(key: &mut ServiceKey, master: &ServiceValue, roll: u32) -> Option<Pic
     // SAFETY: as above.
     let slot = unsafe { SERVICES.get(*key) }?;
     let backend_id = slot.backend_id;
+    // SAFETY: as above.
+    let backend = unsafe { BACKENDS.get(backend_id) }?;
+    // A draining backend only finishes the flows it has; nothing new picks it.
+    if backend.state == BACKEND_STATE_DRAINING {
+        return None;
+    }
     owned_backend(backend_id, master.rev_nat_id, &key.addr)
 }
 
 /// The backend `id` if it still belongs to frontend `rev_nat_id` and has the
 /// frontend's address family. The id may have been freed and handed to another
 /// frontend since it was read, and a backend of the other family can never be
-/// reached by rewriting an address in place; both count as no backend.
+/// reached by rewriting an address in place; both count as no backend. Any
+/// state is accepted: conntrack hits use this, and a draining backend keeps
+/// the flows it already has.
 #[inline(always)]
 pub fn owned_backend(id: u32, rev_nat_id: u32, frontend: &Addr) -> Option<Pick> {
     // SAFETY: values are plain integers; entries are freed only after RCU.
@@ -73,7 +83,7 @@ pub fn owned_backend(id: u32, rev_nat_id: u32, frontend: &Addr) -> Option<Pick> 
 
 /// The backend `id` if a new connection of the frontend may still use it:
 /// owned (see [`owned_backend`]) and active, or terminating while the frontend
-/// has no active backend. Used to honour session affinity.
+/// has no active backend; never draining. Used to honour session affinity.
 #[inline(always)]
 pub fn backend_usable(id: u32, master: &ServiceValue, frontend: &Addr) -> Option<Pick> {
     // SAFETY: values are plain integers; entries are freed only after RCU.

@@ -17,8 +17,8 @@ use aya_ebpf::{
 };
 use weir_abi::{
     Addr, AffinityKey, PROTO_SCTP, PROTO_TCP, PROTO_UDP, RevSockKey, RevSockValue, SCOPE_ALL,
-    STAT_NEW_FLOW, STAT_PROG_SOCK, STAT_REPLY, STAT_SOCK_REFUSED, SVC_F_AFFINITY, ServiceKey,
-    ServiceValue,
+    STAT_NEW_FLOW, STAT_PASS, STAT_PROG_SOCK, STAT_REPLY, STAT_SOCK_REFUSED, SVC_F_AFFINITY,
+    SVC_F_SRC_RANGES, ServiceKey, ServiceValue,
 };
 
 use crate::{
@@ -138,6 +138,14 @@ fn forward<const V6: bool>(ctx: &SockAddrContext) -> i32 {
         return SYS_PROCEED;
     };
     let master = *master;
+    // loadBalancerSourceRanges are checked per packet by TC, which sees the
+    // client's address; translating here would hand the connection to a
+    // backend before any check. SCOPE_ALL also means SVC_F_LOCAL is ignored:
+    // in-cluster clients may use every endpoint, as with kube-proxy.
+    if master.flags & SVC_F_SRC_RANGES != 0 {
+        count(STAT_PROG_SOCK, STAT_PASS, 0);
+        return SYS_PROCEED;
+    }
     // A frontend we own never falls through to the address itself: no usable
     // backend, or a race with an update we cannot resolve, refuses the call.
     let Some(pick) = choose_for(ctx, &mut key, &master) else {

@@ -53,6 +53,12 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | 
 {{- if or (gt $lo $hi) (gt $hi 65535) -}}
 {{- fail (printf "nodePortRange %q: want LOW-HIGH with LOW <= HIGH <= 65535" .Values.nodePortRange) -}}
 {{- end -}}
+{{- $snat := splitList "-" .Values.snatPortRange -}}
+{{- $slo := index $snat 0 | int64 -}}
+{{- $shi := index $snat 1 | int64 -}}
+{{- if or (gt $slo $shi) (gt $shi 65535) -}}
+{{- fail (printf "snatPortRange %q: want LOW-HIGH with LOW <= HIGH <= 65535" .Values.snatPortRange) -}}
+{{- end -}}
 {{- if and .Values.metrics.enabled (eq (.Values.metrics.port | int64) (.Values.healthz.port | int64)) -}}
 {{- fail (printf "metrics.port and healthz.port are both %d: they need their own ports" (.Values.healthz.port | int64)) -}}
 {{- end -}}

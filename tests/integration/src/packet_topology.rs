@@ -10,7 +10,7 @@
 //!                          wt-<id>-l lpod eth0 10.0.1.2/24         wt-<id>-r rpod eth0 10.0.2.2/24
 //!                                          fd00:1::2/64                                fd00:2::2/64
 //! ```
-//! Every pod runs `weir-testsrv` (HTTP on 8080, UDP on 5353, v4 and v6) and
+//! Every pod runs `weir-testsrv` (HTTP on 8080, UDP on 5353 and 5354, v4 and v6) and
 //! dnsmasq on port 53 answering `weir.test` with the pod's own addresses, so
 //! every answer names the backend that served it. Transmit checksum offload is
 //! off on every veth end, so packets carry full checksums as on a wire and the
@@ -64,9 +64,19 @@ pub const LPOD6: &str = "fd00:1::2";
 pub const RPOD4: &str = "10.0.2.2";
 pub const RPOD6: &str = "fd00:2::2";
 
+/// The node's bridge without native XDP and the client's port on it
+/// ([`PacketTopology::add_device_without_xdp`]).
+pub const BRIDGE_NODE4: &str = "198.18.0.1";
+pub const BRIDGE_NODE6: &str = "fd00:18::1";
+pub const BRIDGE_CLIENT4: &str = "198.18.0.2";
+pub const BRIDGE_CLIENT6: &str = "fd00:18::2";
+
 /// Ports the pods serve on.
 pub const POD_TCP_PORT: u16 = 8080;
 pub const POD_UDP_PORT: u16 = 5353;
+/// A second UDP port of weir-testsrv, for the one test that needs pod UDP
+/// backends no other test ever removes.
+pub const POD_UDP_PORT_PRIVATE: u16 = 5354;
 pub const POD_DNS_PORT: u16 = 53;
 
 /// The node's devices, as `--devices` takes them.
@@ -82,13 +92,15 @@ pub enum Ns {
     Rpod,
 }
 
-/// A pod: its namespace, name (what its servers answer) and addresses.
-#[derive(Clone, Copy, Debug)]
+/// A pod: its namespace, name (what its servers answer), addresses and the
+/// node its endpoints name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Pod {
     pub ns: Ns,
     pub name: &'static str,
     pub v4: &'static str,
     pub v6: &'static str,
+    pub node: &'static str,
 }
 
 pub const LPOD: Pod = Pod {
@@ -96,17 +108,29 @@ pub const LPOD: Pod = Pod {
     name: "lpod",
     v4: LPOD4,
     v6: LPOD6,
+    node: NODE_NAME,
 };
 pub const RPOD: Pod = Pod {
     ns: Ns::Rpod,
     name: "rpod",
     v4: RPOD4,
     v6: RPOD6,
+    node: NODE2_NAME,
 };
 
 impl Pod {
     pub fn addr(&self, v6: bool) -> &'static str {
         if v6 { self.v6 } else { self.v4 }
+    }
+
+    /// The pod whose servers answer `name`.
+    pub fn named(name: &str) -> Option<Pod> {
+        [LPOD, RPOD].into_iter().find(|p| p.name == name)
+    }
+
+    /// The topology's other pod.
+    pub fn other(&self) -> Pod {
+        if *self == LPOD { RPOD } else { LPOD }
     }
 }
 
@@ -244,7 +268,14 @@ impl PacketTopology {
     fn spawn_servers(&self, servers: &mut Vec<ChildGuard>) -> Result<()> {
         for pod in [LPOD, RPOD] {
             let ns = self.ns(pod.ns);
-            let srv = spawn_ready(ns.command(&bin("weir-testsrv")).args(["--name", pod.name]))?;
+            let srv = spawn_ready(ns.command(&bin("weir-testsrv")).args([
+                "--name",
+                pod.name,
+                "--udp",
+                &POD_UDP_PORT.to_string(),
+                "--udp",
+                &POD_UDP_PORT_PRIVATE.to_string(),
+            ]))?;
             servers.push(srv);
             let dns = ns
                 .command(Path::new("dnsmasq"))
@@ -313,10 +344,24 @@ impl PacketTopology {
     }
 
     /// Adds a device without native XDP to the node: a bridge (this kernel,
-    /// like many, has no `dummy` module; a bridge has no XDP driver hook either).
+    /// like many, has no `dummy` module; a bridge has no XDP driver hook
+    /// either) at [`BRIDGE_NODE4`]/[`BRIDGE_NODE6`], with one port whose peer
+    /// is the client's `eth1` ([`BRIDGE_CLIENT4`]/[`BRIDGE_CLIENT6`]), so
+    /// real traffic can enter the node through it.
     pub fn add_device_without_xdp(&self, name: &str) -> Result<()> {
+        let port = format!("{name}p");
         self.node.sh(&format!(
-            "ip link add {name} type bridge && ip addr add 198.18.0.1/24 dev {name} && ip link set {name} up"
+            "ip link add {name} type bridge && ip addr add {BRIDGE_NODE4}/24 dev {name} \
+             && ip addr add {BRIDGE_NODE6}/64 dev {name} nodad && ip link set {name} up"
+        ))?;
+        veth(&self.node, &port, &self.client, "eth1")?;
+        self.node.sh(&format!(
+            "ip link set {port} master {name} && ip link set {port} up \
+             && ethtool -K {port} tx off >/dev/null"
+        ))?;
+        self.client.sh(&format!(
+            "ip addr add {BRIDGE_CLIENT4}/24 dev eth1 && ip addr add {BRIDGE_CLIENT6}/64 dev eth1 nodad \
+             && ip link set eth1 up && ethtool -K eth1 tx off >/dev/null"
         ))
     }
 

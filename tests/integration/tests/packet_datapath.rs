@@ -10,10 +10,12 @@
 //! | `external` | NodePort, ExternalIP, LB IP over TCP/UDP/DNS, v4 and v6; SNAT for Cluster, client source for Local; health-check NodePort |
 //! | `affinity` | ClientIP affinity holds within its timeout, is released after |
 //! | `source_ranges` | loadBalancerSourceRanges admit and drop, with the drop counter |
-//! | `lifecycle` | streams survive terminating; new flows avoid terminating and removed backends; a tracked UDP flow leaves a removed backend; conntrack listed; the collector removes expired entries |
-//! | `xdp` | native XDP counters and flows; best-effort fallback (with a warning) on a device without native XDP (a bridge: this kernel has no `dummy`) |
-//! | `clusterip` | per-packet ClusterIP (hairpin, internalTrafficPolicy Local); stale connected UDP sockets |
-//! | `bad_input` | field-named errors for the new fields; good Services keep working |
+//! | `in_cluster` | pods reaching external frontends: eTP Local serves them from every endpoint; NodePort hairpin SNATed to the node; source ranges drop pods even with socket LB |
+//! | `lifecycle` | streams survive terminating; new flows avoid terminating and removed backends; a tracked UDP flow leaves a removed backend; conntrack listed |
+//! | `collector` | the conntrack collector removes idle flows' entries and keeps a live flow's |
+//! | `xdp` | native XDP counters and flows; best-effort fallback (with its warning) to TC on a device without native XDP (a bridge: this kernel has no `dummy`), with traffic through it |
+//! | `clusterip` | per-packet ClusterIP (hairpin, internalTrafficPolicy Local); a pod's connected UDP socket leaves a removed backend |
+//! | `bad_input` | field-named errors for the new fields, at start and at runtime; good Services keep working |
 #[path = "packet_datapath/support.rs"]
 mod support;
 
@@ -23,8 +25,12 @@ mod affinity;
 mod bad_input;
 #[path = "packet_datapath/clusterip.rs"]
 mod clusterip;
+#[path = "packet_datapath/collector.rs"]
+mod collector;
 #[path = "packet_datapath/external.rs"]
 mod external;
+#[path = "packet_datapath/in_cluster.rs"]
+mod in_cluster;
 #[path = "packet_datapath/lifecycle.rs"]
 mod lifecycle;
 #[path = "packet_datapath/source_ranges.rs"]

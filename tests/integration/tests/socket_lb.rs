@@ -245,8 +245,15 @@ fn no_usable_endpoint_refuses_at_once_and_terminating_ones_are_a_fallback() -> R
         "web-slice.yaml",
         &manifest::slice("web-1", "web", &[(be1, NOT_SERVING), (be2, TERMINATING)]),
     )?;
+    // be1 stays in the backends map as draining (for flows already on it),
+    // in no slot; be2 is the one slot.
     agent.wait_for(Duration::from_secs(5), |v| {
-        backends_of(v, VIP, 80, "TCP").is_some_and(|b| b.len() == 1)
+        let states: Vec<&str> = v
+            .iter()
+            .filter(|s| s.vip.to_string() == VIP && s.port == 80 && s.protocol == "TCP")
+            .flat_map(|s| s.backends.iter().map(|b| b.state.as_str()))
+            .collect();
+        states == ["terminating", "draining"]
     })?;
     let p = topo.probe("tcp", &tcp_target(), 50)?;
     assert_eq!(p.backends.get("be2"), Some(&50), "{p:?}");

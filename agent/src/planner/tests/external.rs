@@ -17,6 +17,7 @@ fn lb_fe() -> Frontend {
         addr: ip("198.51.100.1"),
         port: 443,
         proto: Protocol::Tcp,
+        scope: crate::model::Scope::All,
     }
 }
 
@@ -38,6 +39,7 @@ fn master_flags_follow_kind_policy_and_affinity() {
         addr: ip("192.168.0.10"),
         port: 30080,
         proto: Protocol::Tcp,
+        scope: crate::model::Scope::All,
     };
     let cases = [
         (FrontendKind::ClusterIp, false, None, 0, 0),
@@ -151,6 +153,7 @@ fn a_frontend_never_gets_a_backend_of_the_other_family() {
         addr: ip("fd00::10"),
         port: 80,
         proto: Protocol::Tcp,
+        scope: crate::model::Scope::All,
     };
     w.set(v6, &mixed);
     let m = w.master(v6);
@@ -174,6 +177,7 @@ fn restore_rebuilds_flags_and_ranges_and_drops_stray_ranges() {
         addr: ip("2001:db8::1"),
         port: 443,
         proto: Protocol::Tcp,
+        scope: crate::model::Scope::All,
     };
     let v6_lb = DesiredFrontend {
         kind: FrontendKind::LoadBalancer,
@@ -302,4 +306,47 @@ fn a_client_admitted_before_and_after_is_admitted_throughout() {
         assert!(r.orphans.is_empty(), "round {round}: {:?}", r.orphans);
         assert_eq!(r.images, w.images, "round {round}");
     }
+}
+
+#[test]
+fn golden_etp_local_scopes() {
+    // An eTP=Local NodePort frontend: the External scope (this node's
+    // endpoint) and the All scope (every endpoint), same flags, each with its
+    // own rev-NAT id and backend ids; written External first, as the
+    // reconciler does.
+    let all = Frontend::new(ip("192.168.0.10"), 30080, Protocol::Tcp);
+    let ext = all.in_scope(crate::model::Scope::External);
+    let d = |fe, hosts: &[u8]| DesiredFrontend {
+        kind: FrontendKind::NodePort,
+        local: true,
+        affinity: Some(60),
+        ..DesiredFrontend::plain(fe, active(hosts))
+    };
+    let mut w = World::new();
+    let mut t = Transcript::default();
+    let p = w.set_desired(&d(ext, &[1]));
+    t.record("external scope: the local endpoint", &p, &w.maps);
+    let p = w.set_desired(&d(all, &[1, 2]));
+    t.record("all scope: every endpoint", &p, &w.maps);
+    let (m_all, m_ext) = (w.master(all), w.master(ext));
+    assert_eq!(m_all.flags, m_ext.flags);
+    assert_ne!(m_all.rev_nat_id, m_ext.rev_nat_id);
+    assert_eq!((m_all.count, m_ext.count), (2, 1));
+    // The backend 10.0.0.1 is in both, under two ids.
+    assert_eq!(w.maps.state.backends.len(), 3);
+    // Restore tells the scopes apart.
+    let r = restore(&w.maps.state);
+    assert!(r.orphans.is_empty(), "{:?}", r.orphans);
+    assert_eq!(r.images, w.images);
+    assert_eq!(r.images.keys().copied().collect::<Vec<_>>(), [all, ext]);
+    // Back to eTP=Cluster: the All master stops saying LOCAL, then the
+    // local view goes (the reconciler's order).
+    let p = w.set_desired(&DesiredFrontend {
+        local: false,
+        ..d(all, &[1, 2])
+    });
+    t.record("eTP=Cluster: all scope without LOCAL", &p, &w.maps);
+    let p = w.delete(ext);
+    t.record("then the external scope goes", &p, &w.maps);
+    check_golden("etp_local_scopes", &t.0);
 }

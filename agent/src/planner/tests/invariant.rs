@@ -24,8 +24,8 @@ impl XorShift {
     }
 }
 
-/// A non-empty set of backends on network `10.net.0.0/24`, sometimes with
-/// terminating ones only.
+/// A set of backends on network `10.net.0.0/24` with at least one serving,
+/// sometimes with terminating ones only, often with draining ones too.
 fn random_backends(rng: &mut XorShift, net: u8) -> Vec<Backend> {
     let all_terminating = rng.below(5) == 0;
     loop {
@@ -33,7 +33,9 @@ fn random_backends(rng: &mut XorShift, net: u8) -> Vec<Backend> {
         for host in 1..=5u8 {
             for port in [8080u16, 8443] {
                 if rng.below(3) == 0 {
-                    let state = if all_terminating || rng.below(3) == 0 {
+                    let state = if rng.below(4) == 0 {
+                        BackendState::Draining
+                    } else if all_terminating || rng.below(3) == 0 {
                         BackendState::Terminating
                     } else {
                         BackendState::Active
@@ -46,7 +48,7 @@ fn random_backends(rng: &mut XorShift, net: u8) -> Vec<Backend> {
                 }
             }
         }
-        if !out.is_empty() {
+        if out.iter().any(|b| b.state.serves()) {
             let n = out.len() as u64;
             out.rotate_left(rng.below(n) as usize);
             return out;
@@ -71,7 +73,7 @@ fn pickable(bs: &[Backend]) -> BTreeSet<Endpoint> {
         .filter(|b| b.state == BackendState::Active)
         .collect();
     if act.is_empty() {
-        endpoints(bs)
+        endpoints(bs.iter().filter(|b| b.state.serves()))
     } else {
         endpoints(act)
     }
@@ -106,10 +108,17 @@ fn check_torn_reads(states: &[Snapshot], fe: Frontend, allowed: &BTreeSet<Endpoi
             m
         })
         .collect();
-    // None: the lookup failed and the program re-reads the master.
+    // None: the lookup failed and the program re-reads the master. A
+    // draining backend in a slot is no pick either (`pick_in`).
     let lookup = |slot: u16, j: usize, m: usize| -> Option<Option<AbiBackend>> {
         let v = states[j].services.get(&key(slot))?;
-        Some(states[m].backends.get(&v.backend_id).copied())
+        Some(
+            states[m]
+                .backends
+                .get(&v.backend_id)
+                .filter(|b| b.state != weir_abi::BACKEND_STATE_DRAINING)
+                .copied(),
+        )
     };
     let reaches = |b: AbiBackend, at: &str| {
         assert!(
@@ -227,7 +236,28 @@ fn a_frontend_with_backends_never_looks_empty_nor_reaches_a_removed_backend() {
             reached, want,
             "{ctx}: some pickable backend is never chosen"
         );
+        check_draining(&w, fe, &b, &ctx);
     }
+}
+
+/// `fe`'s draining backends of `bs` are in the backends map, owned by its
+/// rev-NAT id, in the draining state and in no slot.
+fn check_draining(w: &World, fe: Frontend, bs: &[Backend], ctx: &str) {
+    let img = &w.images[&fe];
+    let in_slots: BTreeSet<u32> = img.services.range(1..).map(|(_, v)| v.backend_id).collect();
+    let mut draining = BTreeSet::new();
+    for (id, b) in &w.maps.state.backends {
+        if b.rev_nat_id != img.rev_nat_id || b.state != weir_abi::BACKEND_STATE_DRAINING {
+            continue;
+        }
+        assert!(
+            !in_slots.contains(id),
+            "{ctx}: draining backend {id} in a slot"
+        );
+        draining.insert(endpoint(b));
+    }
+    let want = endpoints(bs.iter().filter(|b| b.state == BackendState::Draining));
+    assert_eq!(draining, want, "{ctx}: draining backends");
 }
 
 /// The states a plan's ops go through, applied in the given order.
@@ -288,12 +318,16 @@ fn torn_read_check_rejects_break_before_make() {
 fn restore_matches_the_planner_after_random_histories() {
     let mut rng = XorShift(0x2545_f491_4f6c_dd1d);
     let mut w = World::new();
+    // Both scopes of two addresses (eTP=Local): separate frontends that
+    // share address, port and protocol and differ only in the key's scope.
     let fes = [
         web(),
+        web().in_scope(crate::model::Scope::External),
         vip(11, 53, Protocol::Udp),
         vip(12, 443, Protocol::Tcp),
+        vip(12, 443, Protocol::Tcp).in_scope(crate::model::Scope::External),
     ];
-    for step in 0..120 {
+    for step in 0..200 {
         let n = rng.below(fes.len() as u64) as usize;
         let b = (rng.below(4) != 0).then(|| random_backends(&mut rng, n as u8));
         w.run(fes[n], b.as_deref());

@@ -9,8 +9,11 @@ use core::{ffi::c_void, mem::size_of};
 
 use aya_ebpf::{
     EbpfContext as _,
-    bindings::{BPF_F_MARK_MANGLED_0, BPF_F_PSEUDO_HDR, bpf_fib_lookup, xdp_action},
-    helpers::generated::{bpf_redirect_neigh, bpf_xdp_adjust_meta},
+    bindings::{
+        BPF_F_MARK_MANGLED_0, BPF_F_PSEUDO_HDR, bpf_fib_lookup,
+        bpf_hdr_start_off::BPF_HDR_START_NET, xdp_action,
+    },
+    helpers::generated::{bpf_redirect_neigh, bpf_skb_load_bytes_relative, bpf_xdp_adjust_meta},
     programs::{TcContext, XdpContext},
 };
 
@@ -23,7 +26,16 @@ pub struct L4Csum {
     /// UDP: a zero checksum means "none" (IPv4) and a computed zero is sent
     /// as 0xffff.
     pub udp: bool,
+    /// IPv6 address rewrite on a kernel that knows `BPF_F_IPV6`
+    /// (`CFG_F_CSUM_IPV6`): without it, `bpf_l4_csum_replace` leaves
+    /// `skb->csum` of a CHECKSUM_COMPLETE packet wrong for the 128-bit
+    /// pseudo-header change, and the stack later drops the packet.
+    pub ipv6: bool,
 }
+
+/// `BPF_F_IPV6` for `bpf_l4_csum_replace` (Linux 6.16); older kernels refuse
+/// unknown flags, hence only when the agent says so.
+const BPF_F_IPV6: u64 = 1 << 7;
 
 pub trait Pkt {
     /// Reads a `T` at `off` bytes from the start of the frame.
@@ -41,6 +53,10 @@ pub trait Pkt {
     ) -> Option<()>;
     /// Replaces the port `old` at `off` by `new`, fixing the L4 checksum.
     fn set_port(&mut self, off: usize, old: u16, new: u16, l4: L4Csum) -> Option<()>;
+    /// Whether the frame starts with an Ethernet header carrying
+    /// `ether_type` (read at offset 12). TC also sees devices without a
+    /// link-layer header, whose packets start right at the IP header.
+    fn is_ethernet(&self, ether_type: u16) -> bool;
     /// Index of the device the packet arrived on.
     fn ifindex(&self) -> u32;
     /// The program context, for helpers such as `bpf_fib_lookup`.
@@ -87,7 +103,8 @@ impl Pkt for TcPkt<'_> {
                 .ok()?;
         }
         if l4.off != 0 {
-            let flags = BPF_F_PSEUDO_HDR as u64 | 4 | mangled(l4);
+            let v6 = if l4.ipv6 { BPF_F_IPV6 } else { 0 };
+            let flags = BPF_F_PSEUDO_HDR as u64 | 4 | mangled(l4) | v6;
             self.0
                 .l4_csum_replace(l4.off, u64::from(old), u64::from(new), flags)
                 .ok()?;
@@ -104,6 +121,30 @@ impl Pkt for TcPkt<'_> {
                 .ok()?;
         }
         self.0.store(off, &new, 0).ok()
+    }
+
+    #[inline(always)]
+    fn is_ethernet(&self, ether_type: u16) -> bool {
+        let skb = self.0.skb.skb;
+        // SAFETY: the kernel hands every classifier a valid __sk_buff.
+        let proto = unsafe { (*skb).protocol } as u16;
+        if proto != ether_type {
+            return false;
+        }
+        // On a device without link-layer header the network header is at
+        // offset 0, not 14; compare the first word there with offset 14.
+        let mut net = 0u32;
+        // SAFETY: reads 4 bytes into `net` from the skb.
+        let rc = unsafe {
+            bpf_skb_load_bytes_relative(
+                self.0.as_ptr(),
+                0,
+                (&raw mut net).cast(),
+                4,
+                BPF_HDR_START_NET,
+            )
+        };
+        rc == 0 && self.load::<u32>(14) == Some(net)
     }
 
     #[inline(always)]
@@ -247,6 +288,12 @@ impl Pkt for XdpPkt<'_> {
         // SAFETY: bounds-checked in `ptr`.
         unsafe { port.write_unaligned(new) };
         Some(())
+    }
+
+    #[inline(always)]
+    fn is_ethernet(&self, _ether_type: u16) -> bool {
+        // XDP runs on Ethernet devices only (the agent refuses others).
+        true
     }
 
     #[inline(always)]

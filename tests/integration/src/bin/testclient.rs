@@ -26,6 +26,10 @@ struct Args {
     /// `peer` with its name and the source address it saw.
     #[arg(long, default_value = "who")]
     payload: String,
+    /// UDP modes: bind this source port (0: any), so a test knows the flow's
+    /// tuple in conntrack.
+    #[arg(long, default_value_t = 0)]
+    source_port: u16,
     /// `udp-stream`: pause between two sends on the one socket.
     #[arg(long, default_value_t = 100)]
     interval_ms: u64,
@@ -80,8 +84,10 @@ fn main() {
         let t = Instant::now();
         let res = match args.mode {
             Mode::Tcp => tcp(args.target),
-            Mode::Udp => udp(args.target, false, &args.payload),
-            Mode::UdpConnected | Mode::UdpStream => udp(args.target, true, &args.payload),
+            Mode::Udp => udp(args.target, args.source_port, false, &args.payload),
+            Mode::UdpConnected | Mode::UdpStream => {
+                udp(args.target, args.source_port, true, &args.payload)
+            }
         };
         match res {
             Ok((name, peer)) => {
@@ -129,7 +135,7 @@ fn udp_stream(args: &Args, report: &mut Report) {
         let t = Instant::now();
         let res = (|| -> io::Result<String> {
             if sock.is_none() {
-                let s = UdpSocket::bind(any_addr(args.target))?;
+                let s = UdpSocket::bind(any_addr(args.target, args.source_port))?;
                 s.set_read_timeout(Some(interval.max(Duration::from_millis(200))))?;
                 s.connect(args.target)?;
                 sock = Some(s);
@@ -163,17 +169,23 @@ fn udp_stream(args: &Args, report: &mut Report) {
     }
 }
 
-/// The wildcard address of `target`'s family.
-fn any_addr(target: SocketAddr) -> SocketAddr {
-    if target.is_ipv6() {
-        "[::]:0".parse().expect("valid")
+/// The wildcard address of `target`'s family, port `port`.
+fn any_addr(target: SocketAddr, port: u16) -> SocketAddr {
+    let ip: std::net::IpAddr = if target.is_ipv6() {
+        std::net::Ipv6Addr::UNSPECIFIED.into()
     } else {
-        "0.0.0.0:0".parse().expect("valid")
-    }
+        std::net::Ipv4Addr::UNSPECIFIED.into()
+    };
+    SocketAddr::new(ip, port)
 }
 
-fn udp(target: SocketAddr, connected: bool, payload: &str) -> io::Result<(String, SocketAddr)> {
-    let s = UdpSocket::bind(any_addr(target))?;
+fn udp(
+    target: SocketAddr,
+    port: u16,
+    connected: bool,
+    payload: &str,
+) -> io::Result<(String, SocketAddr)> {
+    let s = UdpSocket::bind(any_addr(target, port))?;
     s.set_read_timeout(Some(TIMEOUT))?;
     let mut buf = [0u8; 512];
     let (n, peer) = if connected {

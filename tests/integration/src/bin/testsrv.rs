@@ -23,22 +23,25 @@ struct Args {
     name: String,
     #[arg(long, default_value_t = 8080)]
     tcp: u16,
-    #[arg(long, default_value_t = 5353)]
-    udp: u16,
+    /// UDP ports, each served on v4 and v6.
+    #[arg(long, default_values_t = [5353])]
+    udp: Vec<u16>,
 }
 
 fn main() -> std::io::Result<()> {
     let args = Args::parse();
     let tcp = TcpListener::bind((Ipv4Addr::UNSPECIFIED, args.tcp))?;
-    let udp = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, args.udp))?;
     // IPv6 is optional: a namespace without it still gets its IPv4 server.
     let tcp6 = v6_socket(Type::STREAM, args.tcp)
         .map(TcpListener::from)
         .ok();
-    let udp6 = v6_socket(Type::DGRAM, args.udp).map(UdpSocket::from).ok();
-    for udp in std::iter::once(udp).chain(udp6) {
-        let name = args.name.clone();
-        std::thread::spawn(move || serve_udp(&udp, &name));
+    for &port in &args.udp {
+        let udp = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, port))?;
+        let udp6 = v6_socket(Type::DGRAM, port).map(UdpSocket::from).ok();
+        for udp in std::iter::once(udp).chain(udp6) {
+            let name = args.name.clone();
+            std::thread::spawn(move || serve_udp(&udp, &name));
+        }
     }
     if let Some(tcp6) = tcp6 {
         let name = args.name.clone();

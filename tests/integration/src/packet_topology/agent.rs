@@ -9,6 +9,7 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 use aya::maps::{HashMap, Map, MapData, PerCpuArray};
+use serde::Deserialize;
 use weir_abi::{CtKey, CtValue, StatValue};
 
 use super::{DEVICES, NODE_NAME, PacketTopology};
@@ -206,11 +207,12 @@ impl PacketAgent {
 
     /// The same counter as `weir-agent inspect stats -o json` reports it.
     pub fn inspect_stat(&self, prog: u32, reason: u32) -> Result<u64> {
-        let stats = self.inspect("stats")?;
+        let rows = parse_stats(self.inspect("stats")?)?;
         let prog = weir_abi::STAT_PROG_NAMES[prog as usize];
         let reason = weir_abi::STAT_REASON_NAMES[reason as usize];
-        find_stat(&stats, prog, reason)
-            .with_context(|| format!("no {prog}/{reason} in inspect stats: {stats}"))
+        find_stat(&rows, prog, reason)
+            .map(|r| r.packets)
+            .with_context(|| format!("no {prog}/{reason} in inspect stats: {rows:?}"))
     }
 
     /// Every conntrack entry of both tables, read straight from the pins.
@@ -262,30 +264,47 @@ impl Drop for PacketAgent {
     }
 }
 
-/// Finds the packet count of `prog`/`reason` in `inspect stats` JSON, whatever
-/// its exact shape: an array of `{program, reason, packets}` objects, or
-/// objects keyed by program then reason.
-pub fn find_stat(v: &serde_json::Value, prog: &str, reason: &str) -> Option<u64> {
-    use serde_json::Value;
-    let packets = |o: &Value| {
-        o.get("packets")
-            .and_then(Value::as_u64)
-            .or_else(|| o.as_u64())
-    };
-    match v {
-        Value::Array(items) => items.iter().find_map(|o| {
-            let p = o.get("program").or_else(|| o.get("prog"))?.as_str()?;
-            let r = o.get("reason").or_else(|| o.get("outcome"))?.as_str()?;
-            (p == prog && r == reason).then(|| packets(o))?
-        }),
-        Value::Object(m) => {
-            if let Some(inner) = m.get(prog) {
-                return inner.get(reason).and_then(packets);
-            }
-            m.values().find_map(|x| find_stat(x, prog, reason))
-        }
-        _ => None,
+/// One row of `weir-agent inspect stats -o json`. Unknown or missing fields
+/// fail the parse: a change of the format must show up here, not as a
+/// counter silently read as missing.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct StatRow {
+    /// `weir_abi::STAT_PROG_NAMES`.
+    pub program: String,
+    /// `weir_abi::STAT_REASON_NAMES`.
+    pub reason: String,
+    pub packets: u64,
+    pub bytes: u64,
+}
+
+/// Parses `inspect stats -o json`: an array of [`StatRow`], one per
+/// (program, reason) of the ABI, each exactly once.
+pub fn parse_stats(v: serde_json::Value) -> Result<Vec<StatRow>> {
+    let text = v.to_string();
+    let rows: Vec<StatRow> =
+        serde_json::from_value(v).with_context(|| format!("inspect stats printed {text}"))?;
+    let expected = weir_abi::STAT_PROG_NAMES.len() * weir_abi::STAT_REASON_NAMES.len();
+    let mut keys: Vec<(&str, &str)> = rows
+        .iter()
+        .map(|r| (r.program.as_str(), r.reason.as_str()))
+        .collect();
+    keys.sort_unstable();
+    keys.dedup();
+    if rows.len() != expected || keys.len() != expected {
+        bail!(
+            "inspect stats has {} rows ({} distinct), expected one per program and reason ({expected}): {text}",
+            rows.len(),
+            keys.len()
+        );
     }
+    Ok(rows)
+}
+
+/// The `prog`/`reason` row of parsed `inspect stats`.
+pub fn find_stat<'a>(rows: &'a [StatRow], prog: &str, reason: &str) -> Option<&'a StatRow> {
+    rows.iter()
+        .find(|r| r.program == prog && r.reason == reason)
 }
 
 /// An address as the CT maps hold it.

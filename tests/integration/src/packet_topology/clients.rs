@@ -53,6 +53,8 @@ pub struct CurlOpts<'a> {
     pub max_time: f64,
     /// Run inside the agent's cgroup (socket LB applies).
     pub cgroup: bool,
+    /// `--local-port`, so a test knows the flow's tuple in conntrack.
+    pub local_port: Option<u16>,
 }
 
 impl Default for CurlOpts<'_> {
@@ -61,6 +63,7 @@ impl Default for CurlOpts<'_> {
             source: None,
             max_time: 3.0,
             cgroup: false,
+            local_port: None,
         }
     }
 }
@@ -83,6 +86,9 @@ impl PacketTopology {
             .args(["--connect-timeout", &opts.max_time.to_string()]);
         if let Some(src) = opts.source {
             cmd.args(["--interface", src]);
+        }
+        if let Some(port) = opts.local_port {
+            cmd.args(["--local-port", &port.to_string()]);
         }
         let out = cmd.arg(format!("http://{url}")).output()?;
         let text = String::from_utf8_lossy(&out.stdout).into_owned();

@@ -32,6 +32,11 @@ pub struct Svc {
     pub source_ranges: Vec<String>,
     /// Extra fields merged into `spec` as given (bad input tests).
     pub spec_extra: Value,
+    /// The pods' port behind `echo`: [`POD_UDP_PORT`], or
+    /// [`super::POD_UDP_PORT_PRIVATE`] for a test whose UDP backends no other
+    /// test's agent removes (the agent destroys sockets to a removed UDP
+    /// backend in every network namespace, other tests' included).
+    pub echo_target: u16,
 }
 
 impl Svc {
@@ -50,6 +55,7 @@ impl Svc {
             affinity_timeout: None,
             source_ranges: Vec::new(),
             spec_extra: json!({}),
+            echo_target: POD_UDP_PORT,
         }
     }
 
@@ -82,7 +88,7 @@ impl Svc {
         let names = ["http", "echo", "dns"];
         let ports = [
             (HTTP_PORT, "TCP", POD_TCP_PORT),
-            (ECHO_PORT, "UDP", POD_UDP_PORT),
+            (ECHO_PORT, "UDP", self.echo_target),
             (DNS_PORT, "UDP", POD_DNS_PORT),
         ];
         let ports: Vec<Value> = ports
@@ -162,6 +168,15 @@ pub struct Ep {
 }
 
 impl Ep {
+    /// `pod` on its own node.
+    pub fn of(pod: Pod, cond: Cond) -> Self {
+        Self {
+            pod,
+            node: pod.node,
+            cond,
+        }
+    }
+
     /// The local pod on the agent's node.
     pub fn local(pod: Pod, cond: Cond) -> Self {
         Self {
@@ -183,14 +198,21 @@ impl Ep {
 
 /// The IPv4 and IPv6 EndpointSlices of Service `service`, as two documents.
 pub fn slices(service: &str, eps: &[Ep]) -> String {
-    ["IPv4", "IPv6"]
+    slices_per_family(service, POD_UDP_PORT, eps, eps)
+}
+
+/// As [`slices`], with `echo` on pod port `echo_port`, and other endpoints
+/// in each family, so a test can change one family's endpoints independently
+/// of the other's.
+pub fn slices_per_family(service: &str, echo_port: u16, v4: &[Ep], v6: &[Ep]) -> String {
+    [("IPv4", v4), ("IPv6", v6)]
         .iter()
-        .map(|family| slice(service, family, eps).to_string())
+        .map(|(family, eps)| slice(service, family, echo_port, eps).to_string())
         .collect::<Vec<_>>()
         .join("\n---\n")
 }
 
-fn slice(service: &str, family: &str, eps: &[Ep]) -> Value {
+fn slice(service: &str, family: &str, echo_port: u16, eps: &[Ep]) -> Value {
     let v6 = family == "IPv6";
     let endpoints: Vec<Value> = eps
         .iter()
@@ -213,7 +235,7 @@ fn slice(service: &str, family: &str, eps: &[Ep]) -> Value {
         "addressType": family,
         "ports": [
             {"name": "http", "port": POD_TCP_PORT, "protocol": "TCP"},
-            {"name": "echo", "port": POD_UDP_PORT, "protocol": "UDP"},
+            {"name": "echo", "port": echo_port, "protocol": "UDP"},
             {"name": "dns", "port": POD_DNS_PORT, "protocol": "UDP"},
         ],
         "endpoints": endpoints,
@@ -222,5 +244,14 @@ fn slice(service: &str, family: &str, eps: &[Ep]) -> Value {
 
 /// A Service and its slices as one manifest file.
 pub fn service_with(svc: &Svc, eps: &[Ep]) -> String {
-    format!("{}\n---\n{}\n", svc.manifest(), slices(&svc.name, eps))
+    service_per_family(svc, eps, eps)
+}
+
+/// A Service and its slices, with other endpoints in each family.
+pub fn service_per_family(svc: &Svc, v4: &[Ep], v6: &[Ep]) -> String {
+    format!(
+        "{}\n---\n{}\n",
+        svc.manifest(),
+        slices_per_family(&svc.name, svc.echo_target, v4, v6)
+    )
 }

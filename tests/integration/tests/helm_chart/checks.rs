@@ -47,10 +47,25 @@ pub(crate) fn default_args() -> Vec<String> {
         "--healthz-addr=0.0.0.0:10256",
         "--socket-lb=true",
         "--nodeport-range=30000-32767",
+        "--snat-port-range=61000-65535",
         "--acceleration=disabled",
+        "--proc-root=/host/proc",
         "--log-format=text",
     ])
 }
+
+/// The agent's capabilities by default (`terminatePodUdpSockets: true`).
+pub(crate) const AGENT_CAPS: &[&str] = &[
+    "BPF",
+    "NET_ADMIN",
+    "PERFMON",
+    "SYS_RESOURCE",
+    "SYS_ADMIN",
+    "SYS_PTRACE",
+];
+
+/// The agent's capabilities with `terminatePodUdpSockets: false`.
+pub(crate) const AGENT_CAPS_MINIMAL: &[&str] = &["BPF", "NET_ADMIN", "PERFMON", "SYS_RESOURCE"];
 
 /// (apiGroup, resource, verb) triples a rule list grants; fails on anything
 /// broader than that (resourceNames, nonResourceURLs, wildcards).

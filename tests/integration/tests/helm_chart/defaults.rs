@@ -10,7 +10,7 @@ use k8s_openapi::{
 };
 
 use crate::{
-    checks::{app_version, caps, default_args, grants, set, triples},
+    checks::{AGENT_CAPS, app_version, caps, default_args, grants, set, triples},
     parse::typed,
     render::{NS, RELEASE, render_ok},
 };
@@ -80,17 +80,19 @@ fn defaults_render_kube_proxy_like_daemonset() {
         BTreeMap::from([("kubernetes.io/os".to_owned(), "linux".to_owned())])
     );
 
-    // The agent: exactly its four capabilities, nothing privileged.
+    // The agent: exactly its capabilities (SYS_ADMIN and SYS_PTRACE for
+    // entering pods' network namespaces), nothing privileged.
     let agent = r.agent();
     assert_eq!(
         agent.image.as_deref(),
         Some(format!("example.invalid/weir/weir-agent:{}", app_version()).as_str())
     );
     let (add, drop) = caps(&agent);
-    assert_eq!(add, set(&["BPF", "NET_ADMIN", "PERFMON", "SYS_RESOURCE"]));
+    assert_eq!(add, set(AGENT_CAPS));
     assert_eq!(drop, ["ALL"]);
     let sc = agent.security_context.clone().unwrap();
-    assert_eq!(sc.allow_privilege_escalation, Some(false));
+    // Kubernetes rejects false together with SYS_ADMIN.
+    assert_eq!(sc.allow_privilege_escalation, Some(true));
     assert_eq!(sc.read_only_root_filesystem, Some(true));
     assert_eq!(sc.privileged, None);
     assert_eq!(r.args(), default_args());
@@ -170,6 +172,7 @@ fn defaults_render_kube_proxy_like_daemonset() {
                     true
                 )
             ),
+            ("/host/proc".to_owned(), ("hostproc".to_owned(), None, true)),
         ])
     );
     let volumes: BTreeMap<String, String> = pod

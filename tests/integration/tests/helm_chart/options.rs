@@ -1,7 +1,7 @@
 //! Chart values that change the agent's flags, image, resources and init
 //! containers.
 use crate::{
-    checks::{caps, default_args, set, strs},
+    checks::{AGENT_CAPS, AGENT_CAPS_MINIMAL, caps, default_args, set, strs},
     render::render_ok,
 };
 
@@ -47,6 +47,59 @@ fn datapath_options_render_as_flags() {
     );
     let r = render_ok(&["--set", "acceleration=best-effort"]);
     assert!(r.args().contains(&"--acceleration=best-effort".to_owned()));
+}
+
+#[test]
+fn packet_datapath_values_render_as_flags() {
+    let r = render_ok(&[
+        "--set",
+        "devices={eth0,lxc+},snatPortRange=40000-40999",
+        "--set",
+        "accelerationDevices={eth0}",
+    ]);
+    r.check_all_typed();
+    let args = r.args();
+    for want in [
+        "--devices=eth0,lxc+",
+        "--acceleration-devices=eth0",
+        "--snat-port-range=40000-40999",
+    ] {
+        assert!(args.iter().any(|a| a == want), "{want} in {args:?}");
+    }
+    assert!(
+        !default_args()
+            .iter()
+            .any(|a| a.starts_with("--acceleration-devices")),
+        "all devices get XDP by default"
+    );
+}
+
+/// `terminatePodUdpSockets: false`: the agent keeps exactly its four
+/// capabilities, no host /proc, no --proc-root.
+#[test]
+fn pod_udp_socket_termination_can_be_turned_off() {
+    let r = render_ok(&["--set", "terminatePodUdpSockets=false"]);
+    r.check_all_typed();
+    let agent = r.agent();
+    let (add, drop) = caps(&agent);
+    assert_eq!(add, set(AGENT_CAPS_MINIMAL));
+    assert_eq!(drop, ["ALL"]);
+    let sc = agent.security_context.clone().unwrap();
+    assert_eq!(sc.allow_privilege_escalation, Some(false));
+    assert_eq!(sc.read_only_root_filesystem, Some(true));
+    let mounts: Vec<String> = agent
+        .volume_mounts
+        .clone()
+        .unwrap()
+        .into_iter()
+        .map(|m| m.mount_path)
+        .collect();
+    assert_eq!(mounts, ["/sys/fs/bpf", "/run/weir/cgroupv2"]);
+    let want: Vec<String> = default_args()
+        .into_iter()
+        .filter(|a| !a.starts_with("--proc-root"))
+        .collect();
+    assert_eq!(r.args(), want);
 }
 
 #[test]
@@ -112,10 +165,7 @@ fn cleanup_kube_proxy_init_container() {
         ("/run/xtables.lock", Some("FileOrCreate"))
     );
     // The agent's own capabilities do not grow.
-    assert_eq!(
-        caps(&r.agent()).0,
-        set(&["BPF", "NET_ADMIN", "PERFMON", "SYS_RESOURCE"])
-    );
+    assert_eq!(caps(&r.agent()).0, set(AGENT_CAPS));
 
     let r = render_ok(&[
         "--set",

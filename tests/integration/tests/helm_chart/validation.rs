@@ -72,6 +72,18 @@ fn schema_rejects_bad_values_naming_the_field() {
             "- devices.0: Does not match pattern",
         ),
         (&["--set", "devices={eth0,eth0}"], "- devices: array items"),
+        (
+            &["--set", "accelerationDevices[0]=eth0/1"],
+            "- accelerationDevices.0: Does not match pattern",
+        ),
+        (
+            &["--set", "snatPortRange=a-b"],
+            "- snatPortRange: Does not match pattern",
+        ),
+        (
+            &["--set", "terminatePodUdpSockets=yes"],
+            "- terminatePodUdpSockets: Invalid type",
+        ),
         (&["--set", "devices=eth0"], "- devices: Invalid type"),
         (&["--set", "extraArgs=--x"], "- extraArgs: Invalid type"),
         // A null deletes the chart's default, as in Helm; the key is required.
@@ -113,6 +125,8 @@ fn template_checks_reject_what_the_schema_cannot() {
     assert!(e.contains("nodePortRange \"40000-30000\""), "{e}");
     let e = render_err(&["--set", "nodePortRange=30000-70000"]);
     assert!(e.contains("nodePortRange"), "{e}");
+    let e = render_err(&["--set", "snatPortRange=65000-61000"]);
+    assert!(e.contains("snatPortRange \"65000-61000\""), "{e}");
     let e = render_err(&["--set", "metrics.port=10256"]);
     assert!(e.contains("metrics.port and healthz.port"), "{e}");
     // Chart.yaml's kubeVersion, as helm checks it.

@@ -10,7 +10,7 @@ use weir_integration::packet_topology::{
     manifests::{Ep, READY, Svc},
 };
 
-use crate::support::{alive, external_frontends, frontend_view, has_flag, poll, publish, who};
+use crate::support::{alive, external_frontends, frontend_view, has_flag, publish, serving, who};
 
 const TIMEOUT_S: i64 = 2;
 
@@ -25,19 +25,10 @@ fn client_ip_affinity_holds_within_its_timeout_and_is_released_after() -> Result
         &["192.168.70.30", "fd00:70::30"],
     );
     svc.affinity_timeout = Some(TIMEOUT_S);
-    publish(
-        &topo,
-        &svc,
-        &[Ep::local(LPOD, READY), Ep::remote(RPOD, READY)],
-    )?;
+    publish(&topo, &svc, &[Ep::of(LPOD, READY), Ep::of(RPOD, READY)])?;
     let mut agent = PacketAgent::start(&topo, &[])?;
     let fronts = external_frontends(&svc);
-    poll(Duration::from_secs(5), "first answer", || {
-        Ok(topo
-            .who_tcp(Ns::Client, &fronts[0].ip, fronts[0].ports[0])?
-            .who()
-            .ok_or(()))
-    })?;
+    serving(&topo, Ns::Client, &fronts[0].ip, fronts[0].ports[0])?;
 
     let v = frontend_view(&agent, "192.168.70.30", 80, "TCP")?
         .ok_or_else(|| anyhow::anyhow!("LB IP not in inspect services"))?;

@@ -1,16 +1,15 @@
 //! Bad input of the packet datapath's fields: each bad Service is skipped with
 //! an error naming the object and the field, and the good ones applied with
-//! them keep working.
-use std::time::Duration;
-
-use anyhow::Result;
+//! them keep working, whether the bad input is there at start, arrives while
+//! the agent runs, or a good Service turns bad.
+use anyhow::{Result, ensure};
 use serde_json::json;
 use weir_integration::packet_topology::{
     LPOD, NODE_EXT4, Ns, PacketAgent, PacketTopology, RPOD,
     manifests::{Ep, READY, Svc, service_with},
 };
 
-use crate::support::{alive, poll, who};
+use crate::support::{SETTLE, alive, serving};
 
 fn np(name: &str, n: u8, ports: [u16; 3]) -> Svc {
     Svc::node_port(
@@ -92,11 +91,7 @@ fn bad_packet_datapath_fields_are_named_and_the_rest_keeps_working() -> Result<(
             "192.168.50.0/33",
         ),
     ] {
-        agent.wait_for_log_line(
-            0,
-            &[&format!("default/{name}"), field, value],
-            Duration::from_secs(5),
-        )?;
+        agent.wait_for_log_line(0, &[&format!("default/{name}"), field, value], SETTLE)?;
     }
 
     // Skipped: none of the bad Services' frontends is programmed.
@@ -121,10 +116,99 @@ fn bad_packet_datapath_fields_are_named_and_the_rest_keeps_working() -> Result<(
         ("192.168.50.1", 30500),
         ("fd00:50::1", 30500),
     ] {
-        poll(Duration::from_secs(5), "good Service answers", || {
-            Ok(topo.who_tcp(Ns::Client, ip, port)?.who().ok_or(()))
-        })?;
-        who(&topo, Ns::Client, ip, port)?;
+        serving(&topo, Ns::Client, ip, port)?;
+    }
+    alive(&mut agent)
+}
+
+/// Whether any frontend in the maps has `vip` as its address or `port` as
+/// its port.
+fn programmed(agent: &PacketAgent, vip: &str, port: u16) -> Result<bool> {
+    let all = agent.inspect("services")?;
+    Ok(all
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|v| v["vip"] == vip || v["port"] == port))
+}
+
+#[test]
+fn bad_services_arriving_at_runtime_are_named_and_the_rest_keeps_working() -> Result<()> {
+    let topo = PacketTopology::new()?;
+    let t0 = "2026-01-01T00:00:00Z";
+    let t1 = "2026-01-02T00:00:00Z";
+    write(&topo, &np("good", 1, [30080, 30353, 30053]), t0)?;
+    write(&topo, &np("turns-bad", 2, [30900, 30901, 30902]), t0)?;
+    let mut agent = PacketAgent::start(&topo, &[])?;
+    let good = [
+        ("192.168.50.1", 30080),
+        ("fd00:50::1", 30080),
+        ("192.168.50.1", 30900),
+        ("fd00:50::1", 30900),
+    ];
+    for (ip, port) in good {
+        serving(&topo, Ns::Client, ip, port)?;
+    }
+
+    // A new Service with a nodePort outside the range, and one with a
+    // malformed source range, written while the agent runs.
+    let from = agent.log_text().len();
+    write(&topo, &np("late-range", 3, [29999, 30601, 30602]), t1)?;
+    let mut ranged = Svc::load_balancer(
+        "late-cidr",
+        "10.96.8.4",
+        "fd00:96::8:4",
+        [30701, 30702, 30703],
+        &["192.168.70.81"],
+    );
+    ranged.source_ranges = vec!["192.168.50.0/33".into()];
+    write(&topo, &ranged, t1)?;
+    agent.wait_for_log_line(
+        from,
+        &["default/late-range", "spec.ports[0].nodePort", "29999"],
+        SETTLE,
+    )?;
+    agent.wait_for_log_line(
+        from,
+        &[
+            "default/late-cidr",
+            "spec.loadBalancerSourceRanges[0]",
+            "192.168.50.0/33",
+        ],
+        SETTLE,
+    )?;
+    ensure!(
+        !programmed(&agent, "10.96.8.3", 29999)?,
+        "late-range is programmed"
+    );
+    ensure!(
+        !programmed(&agent, "10.96.8.4", 30701)?,
+        "late-cidr is programmed"
+    );
+    for (ip, port) in good {
+        serving(&topo, Ns::Client, ip, port)?;
+    }
+
+    // A running good Service turns bad: its nodePort leaves the range.
+    let from = agent.log_text().len();
+    write(&topo, &np("turns-bad", 2, [29998, 30901, 30902]), t0)?;
+    agent.wait_for_log_line(
+        from,
+        &["default/turns-bad", "spec.ports[0].nodePort", "29998"],
+        SETTLE,
+    )?;
+    ensure!(
+        !programmed(&agent, "", 29998)?,
+        "the bad nodePort 29998 is programmed"
+    );
+    // The others are untouched, and the agent keeps applying changes: a
+    // good Service added after all this serves too.
+    for (ip, port) in &good[..2] {
+        serving(&topo, Ns::Client, ip, *port)?;
+    }
+    write(&topo, &np("after", 5, [31000, 31001, 31002]), t1)?;
+    for ip in ["192.168.50.1", "fd00:50::1"] {
+        serving(&topo, Ns::Client, ip, 31000)?;
     }
     alive(&mut agent)
 }

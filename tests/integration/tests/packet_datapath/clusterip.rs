@@ -1,41 +1,31 @@
 //! ClusterIP traffic: per packet with `--socket-lb=false` (including a pod
 //! reaching itself through its Service, and internalTrafficPolicy Local), and
-//! with socket LB a connected UDP client whose backend is removed.
-use std::{collections::BTreeSet, time::Duration};
+//! with socket LB a connected UDP client in a pod whose backend is removed.
+use std::collections::BTreeSet;
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Context as _, Result};
 use weir_abi::{CT_F_CLUSTERIP, STAT_NEW_FLOW, STAT_PROG_TC_INGRESS};
 use weir_integration::packet_topology::{
-    LPOD, NODE_POD4, NODE_POD6, Ns, PacketAgent, PacketTopology, RPOD,
+    LPOD, NODE_POD4, NODE_POD6, Ns, POD_UDP_PORT_PRIVATE, PacketAgent, PacketTopology, Pod, RPOD,
     clients::target,
     manifests::{DNS_PORT, ECHO_PORT, Ep, HTTP_PORT, READY, Svc},
 };
 
-use crate::support::{UdpStream, alive, pod_of_dns, poll, publish, who};
+use crate::support::{
+    SETTLE, UdpStream, alive, backends, check_moved, pod_of_dns, poll, publish, publish_per_family,
+    serving, who,
+};
 
 #[test]
 fn per_packet_cluster_ip_from_a_pod_with_hairpin_and_internal_policy_local() -> Result<()> {
     let topo = PacketTopology::new()?;
     let svc = Svc::cluster_ip("inner", "10.96.6.10", "fd00:96::6:10");
-    publish(
-        &topo,
-        &svc,
-        &[Ep::local(LPOD, READY), Ep::remote(RPOD, READY)],
-    )?;
+    publish(&topo, &svc, &[Ep::of(LPOD, READY), Ep::of(RPOD, READY)])?;
     let mut local = Svc::cluster_ip("inner-local", "10.96.6.20", "fd00:96::6:20");
     local.itp_local = true;
-    publish(
-        &topo,
-        &local,
-        &[Ep::local(LPOD, READY), Ep::remote(RPOD, READY)],
-    )?;
+    publish(&topo, &local, &[Ep::of(LPOD, READY), Ep::of(RPOD, READY)])?;
     let mut agent = PacketAgent::start(&topo, &["--socket-lb=false"])?;
-    poll(Duration::from_secs(5), "first answer", || {
-        Ok(topo
-            .who_tcp(Ns::Lpod, "10.96.6.10", HTTP_PORT)?
-            .who()
-            .ok_or(()))
-    })?;
+    serving(&topo, Ns::Lpod, "10.96.6.10", HTTP_PORT)?;
 
     for (vip, v6) in [("10.96.6.10", false), ("fd00:96::6:10", true)] {
         let (me, node) = if v6 {
@@ -85,80 +75,79 @@ fn per_packet_cluster_ip_from_a_pod_with_hairpin_and_internal_policy_local() -> 
 
 #[test]
 fn connected_udp_client_gets_a_fresh_backend_after_its_backend_is_removed() -> Result<()> {
+    const V4: &str = "10.96.7.10";
+    const V6: &str = "fd00:96::7:10";
     let topo = PacketTopology::new()?;
-    let svc = Svc::cluster_ip("dns", "10.96.7.10", "fd00:96::7:10");
-    publish(
-        &topo,
-        &svc,
-        &[Ep::local(LPOD, READY), Ep::remote(RPOD, READY)],
-    )?;
+    let mut svc = Svc::cluster_ip("dns", V4, V6);
+    // Backends on a port no other test removes: the agents of tests running
+    // alongside destroy sockets to the pod addresses they remove, in every
+    // namespace, and the pod addresses are the same in every topology.
+    svc.echo_target = POD_UDP_PORT_PRIVATE;
+    publish(&topo, &svc, &[Ep::of(LPOD, READY), Ep::of(RPOD, READY)])?;
     let mut agent = PacketAgent::start(&topo, &[])?;
 
-    let streams = [
-        UdpStream::start(
+    // In the local pod, not the node: the agent has to find the sockets in
+    // another network namespace than its own.
+    let families = [(V4, false), (V6, true)];
+    let mut streams = Vec::new();
+    for (vip, _) in families {
+        streams.push(UdpStream::start(
             &topo,
-            Ns::Node,
+            Ns::Lpod,
             true,
-            &target("10.96.7.10", ECHO_PORT),
-            8000,
-        )?,
-        UdpStream::start(
-            &topo,
-            Ns::Node,
-            true,
-            &target("fd00:96::7:10", ECHO_PORT),
-            8000,
-        )?,
-    ];
-    // Remove the v4 client's backend from both families' slices.
-    let gone = streams[0].first_backend()?;
-    streams[1].first_backend()?;
-    let (gone_pod, other) = if gone == "lpod" {
-        (LPOD, RPOD)
-    } else {
-        (RPOD, LPOD)
-    };
-    let other_ep = if other.name == "lpod" {
-        Ep::local(other, READY)
-    } else {
-        Ep::remote(other, READY)
-    };
-    publish(&topo, &svc, &[other_ep])?;
-    poll(
-        Duration::from_secs(5),
-        "removed backend gone from the maps",
-        || {
-            let s = agent.inspect("services")?.to_string();
-            Ok(if s.contains(gone_pod.v4) {
-                Err(s)
-            } else {
-                Ok(())
-            })
-        },
+            &target(vip, ECHO_PORT),
+            10_000,
+            0,
+        )?);
+    }
+    let mut gone = Vec::new();
+    for s in &streams {
+        let name = s.backend()?;
+        gone.push(Pod::named(&name).with_context(|| format!("unknown backend {name}"))?);
+    }
+    // Each family loses the backend its own stream is on, so that neither
+    // stream can pass by never having been on the removed backend.
+    let pre: Vec<usize> = streams.iter().map(|s| s.seen().len()).collect();
+    publish_per_family(
+        &topo,
+        &svc,
+        &[Ep::of(gone[0].other(), READY)],
+        &[Ep::of(gone[1].other(), READY)],
     )?;
-    // Every outcome from here on comes after the removal reached the maps;
-    // the agent destroys the sockets right after that sync, from its own
-    // thread: allow two sends (200 ms) for it.
-    let cut: Vec<usize> = streams.iter().map(|s| s.seen().len() + 2).collect();
-
-    for (s, cut) in streams.into_iter().zip(cut) {
-        let p = s.finish()?;
-        let seq = &p.sequence;
-        if seq.len() <= cut + 10 {
-            bail!("too few sends after the removal: {p:?}");
+    let mut cuts = [None, None];
+    poll(SETTLE, "the removals in the maps", || {
+        for (i, (vip, v6)) in families.into_iter().enumerate() {
+            // Counted before looking, so that nothing the stream saw after
+            // the removal can pass as "before".
+            let n = streams[i].seen().len();
+            let want = vec![(gone[i].other().addr(v6).to_owned(), "active".to_owned())];
+            if cuts[i].is_none() && backends(&agent, vip, ECHO_PORT, "UDP")? == Some(want) {
+                cuts[i] = Some(n);
+            }
         }
-        let after = &seq[cut..];
-        assert!(
-            !after.contains(&gone),
-            "removed {gone} answered again after the removal: {seq:?}"
-        );
-        // A fresh backend answers within a few sends, and for good.
-        let tail = &seq[seq.len() - 10..];
-        assert!(
-            tail.iter().all(|x| x == other.name),
-            "the client did not settle on {}: {seq:?}",
-            other.name
-        );
+        Ok(if cuts.iter().all(Option::is_some) {
+            Ok(())
+        } else {
+            Err(cuts)
+        })
+    })?;
+
+    for (i, s) in streams.into_iter().enumerate() {
+        let p = s.finish()?;
+        let cut = cuts[i].unwrap_or_default();
+        // Until the agent has destroyed the socket it still reaches the
+        // removed pod (up to a second of sends); destroyed, it fails once,
+        // and the client's next send connects afresh.
+        check_moved(
+            &p.sequence,
+            pre[i],
+            cut,
+            gone[i].name,
+            gone[i].other().name,
+            10,
+            1,
+        )
+        .with_context(|| format!("stream to {}", families[i].0))?;
     }
     alive(&mut agent)
 }

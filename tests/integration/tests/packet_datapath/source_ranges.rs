@@ -1,7 +1,5 @@
 //! loadBalancerSourceRanges: the LB IPs admit clients inside the ranges and
 //! drop (and count) the others, in both families, over TCP and UDP.
-use std::time::Duration;
-
 use anyhow::Result;
 use weir_abi::{STAT_DROP_SRC_RANGE, STAT_PROG_TC_INGRESS};
 use weir_integration::packet_topology::{
@@ -10,7 +8,7 @@ use weir_integration::packet_topology::{
     manifests::{DNS_PORT, Ep, HTTP_PORT, READY, Svc},
 };
 
-use crate::support::{alive, frontend_view, has_flag, poll, publish};
+use crate::support::{alive, frontend_view, has_flag, publish, serving_with};
 
 const LB4: &str = "192.168.70.40";
 const LB6: &str = "fd00:70::40";
@@ -47,14 +45,20 @@ fn source_ranges_admit_listed_clients_and_drop_the_others() -> Result<()> {
                 CurlOpts {
                     source: Some(src),
                     max_time,
-                    cgroup: false,
+                    ..Default::default()
                 },
             )
         };
-        poll(Duration::from_secs(5), "allowed client answered", || {
-            let c = from(allowed, 2.0)?;
-            Ok(if c.ok() { Ok(()) } else { Err(c) })
-        })?;
+        serving_with(
+            &topo,
+            Ns::Client,
+            lb,
+            HTTP_PORT,
+            CurlOpts {
+                source: Some(allowed),
+                ..Default::default()
+            },
+        )?;
         for _ in 0..5 {
             let c = from(allowed, 2.0)?;
             assert!(c.ok(), "{allowed} → {lb} is inside the range: {c:?}");

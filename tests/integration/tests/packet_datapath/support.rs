@@ -4,7 +4,23 @@ use std::{
     path::Path,
     process::Stdio,
     sync::{Arc, Mutex},
+    time::{Duration, Instant},
 };
+
+use anyhow::{Context as _, Result, bail, ensure};
+use weir_integration::{
+    bin,
+    packet_topology::{
+        NODE_EXT4, NODE_EXT6, Ns, PacketAgent, PacketTopology, Pod,
+        clients::{Curl, CurlOpts, Probe, target},
+        manifests::{DNS_PORT, ECHO_PORT, Ep, HTTP_PORT, Svc, service_per_family, service_with},
+    },
+    topology::ChildGuard,
+};
+
+/// How long a change may take to reach the maps, or a path to start
+/// answering. Generous: the tests run in parallel on few cores.
+pub const SETTLE: Duration = Duration::from_secs(10);
 
 /// What is still there of a dropped topology: namespaces, the cgroup, the
 /// bpffs mount or the work directory.
@@ -36,20 +52,7 @@ pub fn leftovers(netns: &[String], cgroup: &Path, pin: &Path, dir: &Path) -> Vec
     left
 }
 
-use std::time::{Duration, Instant};
-
-use anyhow::{Context as _, Result, bail};
-use weir_integration::{
-    bin,
-    packet_topology::{
-        NODE_EXT4, NODE_EXT6, Ns, PacketAgent, PacketTopology, Pod,
-        clients::{Curl, Probe, target},
-        manifests::{Ep, Svc, service_with},
-    },
-    topology::ChildGuard,
-};
-
-/// Polls `f` every 100 ms until it returns `Some`, or fails after `timeout`
+/// Polls `f` every 100 ms until it returns `Ok`, or fails after `timeout`
 /// with `what` and the last value seen.
 pub fn poll<T, D: std::fmt::Debug>(
     timeout: Duration,
@@ -73,6 +76,14 @@ pub fn publish(topo: &PacketTopology, svc: &Svc, eps: &[Ep]) -> Result<()> {
     topo.write_manifest(&format!("{}.yaml", svc.name), &service_with(svc, eps))
 }
 
+/// As [`publish`], with other endpoints in each family.
+pub fn publish_per_family(topo: &PacketTopology, svc: &Svc, v4: &[Ep], v6: &[Ep]) -> Result<()> {
+    topo.write_manifest(
+        &format!("{}.yaml", svc.name),
+        &service_per_family(svc, v4, v6),
+    )
+}
+
 /// A frontend a client outside the node can use.
 #[derive(Clone, Debug)]
 pub struct Frontend {
@@ -94,11 +105,6 @@ impl Frontend {
 /// families: the NodePort on the node's client-side address, each
 /// externalIP and each load-balancer IP.
 pub fn external_frontends(svc: &Svc) -> Vec<Frontend> {
-    let svc_ports = [
-        weir_integration::packet_topology::manifests::HTTP_PORT,
-        weir_integration::packet_topology::manifests::ECHO_PORT,
-        weir_integration::packet_topology::manifests::DNS_PORT,
-    ];
     let mut out = Vec::new();
     if let Some(np) = svc.node_ports {
         for (ip, v6) in [(NODE_EXT4, false), (NODE_EXT6, true)] {
@@ -119,15 +125,15 @@ pub fn external_frontends(svc: &Svc) -> Vec<Frontend> {
                 kind,
                 ip: ip.clone(),
                 v6: ip.contains(':'),
-                ports: svc_ports,
+                ports: [HTTP_PORT, ECHO_PORT, DNS_PORT],
             });
         }
     }
     out
 }
 
-/// `GET /peer` through a frontend from the client, failing with the whole
-/// curl run if it did not answer.
+/// `GET /peer` through a frontend from `ns`: `(backend, source it saw)`,
+/// failing with the whole curl run if it did not answer.
 pub fn who(topo: &PacketTopology, ns: Ns, ip: &str, port: u16) -> Result<(String, String)> {
     let c: Curl = topo.who_tcp(ns, ip, port)?;
     match c.who() {
@@ -136,12 +142,40 @@ pub fn who(topo: &PacketTopology, ns: Ns, ip: &str, port: u16) -> Result<(String
     }
 }
 
+/// Waits until `GET /peer` on `ip:port` from `ns` answers: the agent has
+/// programmed the frontend (the first sync may still be landing).
+pub fn serving(topo: &PacketTopology, ns: Ns, ip: &str, port: u16) -> Result<(String, String)> {
+    serving_with(topo, ns, ip, port, CurlOpts::default())
+}
+
+/// As [`serving`], with curl options (a source address, the agent's cgroup).
+pub fn serving_with(
+    topo: &PacketTopology,
+    ns: Ns,
+    ip: &str,
+    port: u16,
+    opts: CurlOpts<'_>,
+) -> Result<(String, String)> {
+    let url = format!("{}/peer", target(ip, port));
+    poll(
+        SETTLE,
+        &format!("an answer on {url} from {ns:?} ({opts:?})"),
+        || {
+            let c = topo.curl(ns, &url, opts)?;
+            Ok(match c.who() {
+                Some(w) if c.ok() => Ok(w),
+                _ => Err(c),
+            })
+        },
+    )
+}
+
 /// The pod whose dnsmasq answered `answer` (its IPv4 address).
 pub fn pod_of_dns(answer: &str, pods: &[Pod]) -> Option<&'static str> {
     pods.iter().find(|p| p.v4 == answer).map(|p| p.name)
 }
 
-/// Asserts the agent is still running and returns it, for chaining.
+/// Fails with the agent's log if the agent has exited.
 pub fn alive(agent: &mut PacketAgent) -> Result<()> {
     if !agent.is_running() {
         bail!("weir-agent exited:\n{}", agent.log_text());
@@ -149,19 +183,48 @@ pub fn alive(agent: &mut PacketAgent) -> Result<()> {
     Ok(())
 }
 
-/// The frontend `vip:port/protocol` as `inspect services -o json` shows it.
+/// Every view of frontend `vip:port/protocol` in `inspect services -o json`:
+/// one, or two for an externalTrafficPolicy Local frontend once the agent
+/// lists its external-scope entries (`weir_abi::SCOPE_EXTERNAL`) too.
+pub fn frontend_views(
+    agent: &PacketAgent,
+    vip: &str,
+    port: u16,
+    protocol: &str,
+) -> Result<Vec<serde_json::Value>> {
+    let all = agent.inspect("services")?;
+    Ok(all
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|v| v["vip"] == vip && v["port"] == port && v["protocol"] == protocol)
+        .cloned()
+        .collect())
+}
+
+/// Whether `view` is the external-scope view of a frontend.
+pub fn is_external_scope(view: &serde_json::Value) -> bool {
+    matches!(view.get("scope"), Some(s) if *s == "external" || *s == 1)
+}
+
+/// The frontend `vip:port/protocol` as in-cluster clients see it (the view
+/// that is not the external scope); an error if that is ambiguous.
 pub fn frontend_view(
     agent: &PacketAgent,
     vip: &str,
     port: u16,
     protocol: &str,
 ) -> Result<Option<serde_json::Value>> {
-    let all = agent.inspect("services")?;
-    Ok(all.as_array().and_then(|a| {
-        a.iter()
-            .find(|v| v["vip"] == vip && v["port"] == port && v["protocol"] == protocol)
-            .cloned()
-    }))
+    let mut views: Vec<_> = frontend_views(agent, vip, port, protocol)?
+        .into_iter()
+        .filter(|v| !is_external_scope(v))
+        .collect();
+    ensure!(
+        views.len() <= 1,
+        "{vip}:{port}/{protocol} is listed {} times, not told apart by scope: {views:?}",
+        views.len()
+    );
+    Ok(views.pop())
 }
 
 /// Whether `view`'s `flags` list holds `flag`.
@@ -169,6 +232,59 @@ pub fn has_flag(view: &serde_json::Value, flag: &str) -> bool {
     view["flags"]
         .as_array()
         .is_some_and(|f| f.iter().any(|x| x == flag))
+}
+
+/// The backends of frontend `vip:port/protocol` as `(address, state)`,
+/// sorted; `None` without such a frontend.
+pub fn backends(
+    agent: &PacketAgent,
+    vip: &str,
+    port: u16,
+    protocol: &str,
+) -> Result<Option<Vec<(String, String)>>> {
+    Ok(frontend_view(agent, vip, port, protocol)?.map(|v| {
+        let mut b: Vec<(String, String)> = v["backends"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|b| {
+                (
+                    b["ip"].as_str().unwrap_or_default().to_owned(),
+                    b["state"].as_str().unwrap_or_default().to_owned(),
+                )
+            })
+            .collect();
+        b.sort();
+        b
+    }))
+}
+
+/// Waits until frontend `vip:port/protocol` has exactly the backends `want`
+/// (`(address, state)` with state `active` or `terminating`).
+pub fn wait_backends(
+    agent: &PacketAgent,
+    vip: &str,
+    port: u16,
+    protocol: &str,
+    want: &[(&str, &str)],
+) -> Result<()> {
+    let mut want: Vec<(String, String)> = want
+        .iter()
+        .map(|(a, s)| ((*a).to_owned(), (*s).to_owned()))
+        .collect();
+    want.sort();
+    poll(
+        SETTLE,
+        &format!("{vip}:{port}/{protocol} with backends {want:?}"),
+        || {
+            let got = backends(agent, vip, port, protocol)?;
+            Ok(if got.as_ref() == Some(&want) {
+                Ok(())
+            } else {
+                Err(got)
+            })
+        },
+    )
 }
 
 /// A `weir-testclient udp-stream` (one connected UDP socket, a send every
@@ -180,13 +296,15 @@ pub struct UdpStream {
 }
 
 impl UdpStream {
-    /// Starts it in `ns`, inside the agent's cgroup if `cgroup`.
+    /// Starts it in `ns`, inside the agent's cgroup if `cgroup`, from source
+    /// port `source_port` (0: any).
     pub fn start(
         topo: &PacketTopology,
         ns: Ns,
         cgroup: bool,
         target: &str,
         ms: u64,
+        source_port: u16,
     ) -> Result<Self> {
         let mut child = if cgroup {
             topo.cgroup_command(ns, bin("weir-testclient"))
@@ -199,6 +317,8 @@ impl UdpStream {
             target,
             "--duration-ms",
             &ms.to_string(),
+            "--source-port",
+            &source_port.to_string(),
         ])
         .args(["--interval-ms", "100"])
         .stdout(Stdio::piped())
@@ -219,15 +339,17 @@ impl UdpStream {
         })
     }
 
+    /// Every outcome so far: a backend's name or `error:<what>`.
     pub fn seen(&self) -> Vec<String> {
         self.seen.lock().expect("not poisoned").clone()
     }
 
-    /// The first backend that answered.
-    pub fn first_backend(&self) -> Result<String> {
-        poll(Duration::from_secs(3), "a first answer", || {
+    /// The backend the stream's socket is on: its latest answer, once it has one.
+    pub fn backend(&self) -> Result<String> {
+        poll(SETTLE, "a first answer", || {
             let s = self.seen();
             Ok(s.iter()
+                .rev()
                 .find(|l| !l.starts_with("error:"))
                 .cloned()
                 .ok_or(s))
@@ -243,4 +365,52 @@ impl UdpStream {
         let _ = self.reader.join();
         serde_json::from_str(out.trim()).with_context(|| format!("udp-stream printed {out:?}"))
     }
+}
+
+/// Checks that a UDP stream left removed backend `gone` for `other`. `pre`
+/// is how many outcomes it had when the removal was published, `cut` how many
+/// when the removal was seen in the maps. Before `pre` its latest answer came
+/// from `gone` (else the check would be vacuous); from there on: answers from
+/// `gone`, of which at most `stale` after `cut` (sends already under way, or
+/// the agent still destroying the socket), then at most `errors` errors (the
+/// destroyed socket), then from the next send on every answer from `other`,
+/// at least ten of them.
+pub fn check_moved(
+    seq: &[String],
+    pre: usize,
+    cut: usize,
+    gone: &str,
+    other: &str,
+    stale: usize,
+    errors: usize,
+) -> Result<()> {
+    let pre = pre.min(seq.len());
+    let last = seq[..pre].iter().rev().find(|x| !x.starts_with("error:"));
+    ensure!(
+        last.map(String::as_str) == Some(gone),
+        "the stream was not on {gone} when it was removed (at {pre}): {seq:?}"
+    );
+    let after = &seq[pre..];
+    let Some(moved) = after.iter().position(|x| x == other) else {
+        bail!("{other} never answered after the removal of {gone} (at {pre}): {seq:?}");
+    };
+    let (before, rest) = after.split_at(moved);
+    let n_gone = before.iter().take_while(|x| *x == gone).count();
+    let errs = &before[n_gone..];
+    let late = (pre + n_gone).saturating_sub(cut.max(pre));
+    ensure!(
+        late <= stale && errs.len() <= errors && errs.iter().all(|x| x.starts_with("error:")),
+        "between the removal of {gone} and the first answer of {other}: {before:?}, of which {late} \
+         answers after the maps had it (allowed: {stale}, then up to {errors} errors); \
+         published at {pre}, in the maps at {cut}: {seq:?}"
+    );
+    ensure!(
+        rest.iter().all(|x| x == other),
+        "after moving to {other} the stream did not stay there (published at {pre}): {seq:?}"
+    );
+    ensure!(
+        rest.len() >= 10,
+        "too few sends after moving to {other} (published at {pre}): {seq:?}"
+    );
+    Ok(())
 }
