@@ -2,7 +2,8 @@
 //! connections), a node namespace that routes and holds the dataplane's rules,
 //! and backend namespaces running `weir-benchsrv`. Each contender gets its own
 //! lab, so rulesets never meet and every lab stays programmed while the bench
-//! alternates between them.
+//! alternates between them. For `weir-tc` the agent runs in the node
+//! namespace and attaches its TC program to `vc` and `br0`.
 //!
 //! ```text
 //!  client 10.78.0.2 ── vc ── node (forwarding; rules here) ── br0 10.77.0.1 ── be1 10.77.0.11:8080

@@ -117,12 +117,12 @@ fn connected_udp_client_gets_a_fresh_backend_after_its_backend_is_removed() -> R
     let mut cuts = [None, None];
     poll(SETTLE, "the removals in the maps", || {
         for (i, (vip, v6)) in families.into_iter().enumerate() {
-            // Counted before looking, so that nothing the stream saw after
-            // the removal can pass as "before".
-            let n = streams[i].seen().len();
             let want = vec![(gone[i].other().addr(v6).to_owned(), "active".to_owned())];
             if cuts[i].is_none() && backends(&agent, vip, ECHO_PORT, "UDP")? == Some(want) {
-                cuts[i] = Some(n);
+                // Counted once the maps are seen to have it: every answer
+                // after this was sent after the removal. Counting before the
+                // look would blame answers that arrived while `inspect` ran.
+                cuts[i] = Some(streams[i].seen().len());
             }
         }
         Ok(if cuts.iter().all(Option::is_some) {

@@ -263,10 +263,10 @@ fn a_tracked_udp_flow_leaves_its_backend_when_the_backend_is_removed() -> Result
     let mut cuts = [None, None];
     poll(SETTLE, "the removals in the maps", || {
         for (i, (ip, port, v6)) in flows.into_iter().enumerate() {
-            let n = streams[i].seen().len();
             let want = vec![(gone[i].other().addr(v6).to_owned(), "active".to_owned())];
             if cuts[i].is_none() && backends(&agent, ip, port, "UDP")? == Some(want) {
-                cuts[i] = Some(n);
+                // Counted once the maps are seen to have it (see clusterip.rs).
+                cuts[i] = Some(streams[i].seen().len());
             }
         }
         Ok(if cuts.iter().all(Option::is_some) {
