@@ -14,7 +14,7 @@ use weir_agent::{
     cleanup,
     controller::{Controller, Hooks},
     ct_gc::{self, CtGc},
-    datapath::{Acceleration, Datapath, LoadOptions, devices, pins::Pins},
+    datapath::{Acceleration, Datapath, LoadOptions, devices, kernel, pins::Pins},
     healthcheck::HealthChecks,
     inspect,
     maps::{LbMaps as _, pinned::PinnedMaps},
@@ -228,85 +228,6 @@ impl PacketArgs {
     }
 }
 
-/// The kernel's `major.minor`, from a `uname -r` release string.
-fn kernel_version(release: &str) -> Option<(u32, u32)> {
-    let mut parts = release.split(['.', '-', '+']);
-    let major = parts.next()?.parse().ok()?;
-    let minor = parts
-        .next()?
-        .chars()
-        .take_while(char::is_ascii_digit)
-        .collect::<String>()
-        .parse()
-        .ok()?;
-    Some((major, minor))
-}
-
-/// The oldest kernel the per-packet programs run on: `bpf_fib_lookup` with
-/// `BPF_FIB_LOOKUP_SRC` (6.7) picks the SNAT address; tcx links need 6.6.
-const PACKET_KERNEL: (u32, u32) = (6, 7);
-/// `bpf_l4_csum_replace` knows `BPF_F_IPV6` from 6.16.
-const CSUM_IPV6_KERNEL: (u32, u32) = (6, 16);
-
-/// Refuses a kernel the per-packet programs cannot run on (only when
-/// `devices` asks for them), and returns the `CFG_F_*` the kernel allows.
-fn kernel_flags(release: &str, want_devices: bool) -> Result<u32> {
-    let v = kernel_version(release);
-    if want_devices {
-        match v {
-            Some(v) if v >= PACKET_KERNEL => {}
-            _ => anyhow::bail!(
-                "--devices needs Linux {}.{} or later (BPF_FIB_LOOKUP_SRC, 6.7, picks the SNAT source address; tcx links need 6.6); this kernel is {release}. Run without --devices for socket load balancing only",
-                PACKET_KERNEL.0,
-                PACKET_KERNEL.1
-            ),
-        }
-    }
-    Ok(if v.is_some_and(|v| v >= CSUM_IPV6_KERNEL) {
-        weir_abi::CFG_F_CSUM_IPV6
-    } else {
-        0
-    })
-}
-
-/// The running kernel's release (`uname -r`).
-fn kernel_release() -> Result<String> {
-    let raw = std::fs::read_to_string("/proc/sys/kernel/osrelease")
-        .context("cannot read the kernel release (/proc/sys/kernel/osrelease)")?;
-    Ok(raw.trim().to_owned())
-}
-
-/// `ip_local_port_range`'s two numbers.
-fn parse_local_port_range(s: &str) -> Option<(u16, u16)> {
-    let mut it = s.split_whitespace().map(str::parse::<u16>);
-    match (it.next(), it.next()) {
-        (Some(Ok(a)), Some(Ok(b))) => Some((a, b)),
-        _ => None,
-    }
-}
-
-const fn ranges_overlap(a: (u16, u16), b: (u16, u16)) -> bool {
-    a.0 <= b.1 && b.0 <= a.1
-}
-
-/// Warns when the SNAT range overlaps the node's ephemeral ports.
-fn check_snat_range(snat: (u16, u16)) {
-    let path = "/proc/sys/net/ipv4/ip_local_port_range";
-    let Some(local) = std::fs::read_to_string(path)
-        .ok()
-        .and_then(|s| parse_local_port_range(&s))
-    else {
-        warn!("cannot read {path}; make sure --snat-port-range stays outside it");
-        return;
-    };
-    if ranges_overlap(snat, local) {
-        warn!(
-            "--snat-port-range {}-{} overlaps the node's ephemeral ports (net.ipv4.ip_local_port_range {}-{}): SNATed flows and the node's own connections may pick the same tuple. Move one of them, or reserve the SNAT ports: sysctl -w net.ipv4.ip_local_reserved_ports={}-{}",
-            snat.0, snat.1, local.0, local.1, snat.0, snat.1
-        );
-    }
-}
-
 #[derive(clap::Args, Debug)]
 struct BpffsArg {
     /// Directory on a bpf filesystem where maps and links are pinned.
@@ -377,7 +298,14 @@ fn main() -> Result<()> {
     let format = cli.run.log_format;
     init_logging(format);
     match cli.command {
-        Some(Command::Inspect { what }) => run_inspect(what),
+        Some(Command::Inspect { what }) => {
+            // `inspect conntrack | head` should end quietly, as any Unix
+            // filter does, not panic in `print!`: restore SIGPIPE's default,
+            // which Rust's runtime sets to ignored.
+            // SAFETY: called before any other thread exists.
+            unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+            run_inspect(what)
+        }
         Some(Command::Cleanup { bpffs }) => {
             let done = cleanup::cleanup(&Pins::new(&bpffs.path))
                 .with_context(|| format!("cleaning up {}", bpffs.path.display()))?;
@@ -489,17 +417,17 @@ async fn run_async(args: RunArgs, node: String) -> Result<()> {
     // Every flag is checked before anything loads.
     let (device_patterns, accel_patterns) = packet.device_patterns()?;
     let mut config = packet.datapath_config()?;
-    config.flags |= match kernel_release() {
-        Ok(release) => kernel_flags(&release, !device_patterns.is_empty())?,
+    config.flags |= match kernel::release() {
+        Ok(release) => kernel::flags(&release, !device_patterns.is_empty())?,
         // Socket load balancing only: nothing depends on the version.
         Err(e) if device_patterns.is_empty() => {
             warn!("{e:#}");
             0
         }
-        Err(e) => return Err(e),
+        Err(e) => return Err(e.into()),
     };
     if !device_patterns.is_empty() {
-        check_snat_range(packet.snat_port_range);
+        kernel::check_snat_range(packet.snat_port_range);
     }
     let addresses = node_addrs::node_addresses()?;
     info!(addresses = ?addresses, "node addresses");
@@ -797,41 +725,6 @@ mod tests {
         ] {
             assert!(Cli::try_parse_from(["weir-agent", bad]).is_err(), "{bad}");
         }
-        assert_eq!(
-            parse_local_port_range("32768\t60999\n"),
-            Some((32768, 60999))
-        );
-        assert_eq!(parse_local_port_range("junk"), None);
-        assert!(!ranges_overlap((61000, 65535), (32768, 60999)));
-        assert!(ranges_overlap((60999, 65535), (32768, 60999)));
-        assert!(ranges_overlap((40000, 40010), (32768, 60999)));
-        assert!(ranges_overlap((1024, 65535), (32768, 60999)));
-        assert!(!ranges_overlap((1024, 32767), (32768, 60999)));
-    }
-
-    #[test]
-    fn kernel_floor_applies_only_with_devices() {
-        assert_eq!(kernel_version("6.7.0-14-generic"), Some((6, 7)));
-        assert_eq!(kernel_version("6.16.3+deb13-amd64"), Some((6, 16)));
-        assert_eq!(kernel_version("5.15.0"), Some((5, 15)));
-        assert_eq!(kernel_version("6.1rc3"), Some((6, 1)));
-        assert_eq!(kernel_version("junk"), None);
-        let e = kernel_flags("6.6.30", true).unwrap_err().to_string();
-        assert!(
-            e.contains("BPF_FIB_LOOKUP_SRC") && e.contains("6.6.30"),
-            "{e}"
-        );
-        assert!(kernel_flags("junk", true).is_err());
-        assert_eq!(kernel_flags("6.6.30", false).unwrap(), 0);
-        assert_eq!(kernel_flags("6.7.0", true).unwrap(), 0);
-        assert_eq!(
-            kernel_flags("6.16.0", true).unwrap(),
-            weir_abi::CFG_F_CSUM_IPV6
-        );
-        assert_eq!(
-            kernel_flags("7.0.1", false).unwrap(),
-            weir_abi::CFG_F_CSUM_IPV6
-        );
     }
 
     #[test]

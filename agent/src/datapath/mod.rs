@@ -1,6 +1,7 @@
 //! Loading the kernel programs, pinning their maps and links, and taking over
 //! from a previous agent without a moment in which traffic goes unhandled.
 pub mod devices;
+pub mod kernel;
 pub mod links;
 pub mod loader;
 pub mod netdev;
