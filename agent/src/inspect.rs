@@ -165,34 +165,50 @@ pub fn services(s: &Snapshot) -> Vec<ServiceView> {
 
 pub fn render_table(views: &[ServiceView]) -> String {
     use std::fmt::Write as _;
+    let rows: Vec<(String, String, &ServiceView)> = views
+        .iter()
+        .map(|v| {
+            let fe = match v.vip {
+                IpAddr::V4(_) => format!("{}:{}/{}", v.vip, v.port, v.protocol),
+                IpAddr::V6(_) => format!("[{}]:{}/{}", v.vip, v.port, v.protocol),
+            };
+            let mut flags = v.flags.join(",");
+            if v.affinity_timeout > 0 {
+                flags.push_str(&format!("({}s)", v.affinity_timeout));
+            }
+            if v.scope != "all" {
+                flags.push_str(&format!(" scope={}", v.scope));
+            }
+            if flags.is_empty() {
+                flags.push('-');
+            }
+            (fe, flags, v)
+        })
+        .collect();
+    // Columns as wide as their widest cell, so IPv6 frontends and long flag
+    // lists never push the backends out of line.
+    let fw = rows.iter().map(|r| r.0.len()).max().unwrap_or(0).max(8);
+    let gw = rows.iter().map(|r| r.1.len()).max().unwrap_or(0).max(5);
     let mut out = String::new();
-    let _ = writeln!(out, "{:<34} {:<30} BACKENDS", "FRONTEND", "FLAGS");
-    for v in views {
-        let fe = match v.vip {
-            IpAddr::V4(_) => format!("{}:{}/{}", v.vip, v.port, v.protocol),
-            IpAddr::V6(_) => format!("[{}]:{}/{}", v.vip, v.port, v.protocol),
-        };
-        let mut flags = v.flags.join(",");
-        if v.affinity_timeout > 0 {
-            flags.push_str(&format!("({}s)", v.affinity_timeout));
-        }
-        if v.scope != "all" {
-            flags.push_str(&format!(" scope={}", v.scope));
-        }
-        if flags.is_empty() {
-            flags.push('-');
-        }
-        let fe = format!("{fe:<34} {flags:<30}");
-        if v.backends.is_empty() {
-            let _ = writeln!(out, "{fe} (none: connections are refused)");
+    let _ = writeln!(out, "{:<fw$} {:<gw$} BACKENDS", "FRONTEND", "FLAGS");
+    for (fe, flags, v) in &rows {
+        let lead = format!("{fe:<fw$} {flags:<gw$}");
+        // Draining backends are listed but take no new connection.
+        if !v.backends.iter().any(|b| b.state != "draining") {
+            let _ = writeln!(out, "{lead} (none serving: connections are refused)");
         }
         for (i, b) in v.backends.iter().enumerate() {
-            let lead = if i == 0 { fe.as_str() } else { "" };
+            let lead = if i == 0 && v.backends.iter().any(|b| b.state != "draining") {
+                lead.as_str()
+            } else {
+                ""
+            };
             let _ = writeln!(
                 out,
-                "{lead:<65} {} ({})",
+                "{lead:<w$} {} ({})",
                 std::net::SocketAddr::new(b.ip, b.port),
-                b.state
+                b.state,
+                w = fw + 1 + gw
             );
         }
     }

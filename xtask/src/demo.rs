@@ -2,12 +2,18 @@
 //! (a node namespace and three backend namespaces), runs the agent on a sample
 //! manifests directory, shows requests through a ClusterIP landing on different
 //! backends, prints the pinned maps, scales the Service, and tears it all down.
+//! Then the per-packet datapath (demo_packet.rs): NodePort and LB IP from an
+//! external client, SNAT against externalTrafficPolicy Local, conntrack, XDP.
 use std::{process::Command, time::Duration};
 
 use anyhow::{Context as _, Result};
 use weir_integration::{Agent, Topology, manifest};
 
 use crate::util::prepare_harness;
+
+// Declared here so main.rs need not change: xtask/src/demo_packet.rs.
+#[path = "demo_packet.rs"]
+mod demo_packet;
 
 const VIP: &str = "10.96.0.10";
 
@@ -100,6 +106,8 @@ pub fn run() -> Result<()> {
     step("Tearing down (agent, namespaces, cgroup, bpffs)");
     drop(agent);
     drop(topo);
+
+    demo_packet::run()?;
     println!("\nDone. Run the tests with: cargo xtask test");
     Ok(())
 }
