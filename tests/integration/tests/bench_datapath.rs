@@ -83,27 +83,7 @@ fn a_tiny_run_measures_every_dataplane_and_metric() -> Result<()> {
         );
     }
     // Every request of the run was answered: no dataplane dropped traffic.
-    // KNOWN DATAPATH BUGS, tolerated here only until weir_tc_ingress is fixed
-    // (/work/coord/REQUESTS.md, E → A 09:17 and 09:34; patch for the first in
-    // /work/coord/PATCH-E-flow-stale-reply.diff):
-    // - unrelated crr: a connection straight to a backend that reuses the
-    //   client port of a closed Service connection has its SYN-ACK
-    //   reverse-translated by the stale (closing) reply entry;
-    // - crr random: two concurrent connections from one client port to two
-    //   ClusterIPs that pick the same backend share a post-DNAT tuple, and the
-    //   second overwrites the first's reply entry (no port remap).
-    // Remove `known` once both are fixed.
-    let known = |n: &str| {
-        n.starts_with("weir-tc at ")
-            && (n.contains(", unrelated crr:") || n.contains(", crr random:"))
-    };
-    for n in notes.iter().filter(|n| known(n)) {
-        eprintln!("KNOWN weir-tc datapath bug: {n}");
-    }
-    let failures: Vec<_> = notes
-        .iter()
-        .filter(|n| n.contains("errors") && !known(n))
-        .collect();
+    let failures: Vec<_> = notes.iter().filter(|n| n.contains("errors")).collect();
     assert!(failures.is_empty(), "{failures:?}");
     Ok(())
 }

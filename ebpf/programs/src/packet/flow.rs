@@ -90,7 +90,21 @@ pub fn handle<P: Pkt, const V6: bool>(
     };
     // XDP leaves replies to TC on the reply's ingress device.
     if !xdp && let Some(e) = ct.get_ptr_mut(&key) {
-        return translate_hit::<P, V6>(pkt, h, ct, &key, e, scratch, &cfg, now, xdp, STAT_REPLY);
+        // SAFETY: the pointer comes from a successful lookup.
+        let v = unsafe { &*e };
+        if !stale_reply(ct, &key, v, h, now) {
+            return translate_hit::<P, V6>(
+                pkt, h, ct, &key, e, scratch, &cfg, now, xdp, STAT_REPLY,
+            );
+        }
+        // The tuple now belongs to a connection this node does not
+        // translate (or a new one of ours): drop the old flow and look the
+        // packet up as any other.
+        let peer = peer_key(&key, v);
+        if entry_points_to(ct, &peer, &key) == Some(true) {
+            let _ = ct.remove(&peer);
+        }
+        let _ = ct.remove(&key);
     }
     key.dir = CT_DIR_FORWARD;
     if let Some(e) = ct.get_ptr_mut(&key) {
@@ -136,6 +150,67 @@ pub fn handle<P: Pkt, const V6: bool>(
         }
     }
     new_flow::<P, V6>(pkt, h, ct, &key, scratch, &cfg, now, xdp)
+}
+
+/// Whether the REPLY entry `(key, v)` that packet `h` hit is a leftover of a
+/// finished flow whose tuple is being reused by another connection.
+///
+/// - A TCP SYN (a SYN-ACK) on an entry past `CT_TCP_SYN_SENT`: a flow of ours
+///   that (re)starts always has a fresh SYN_SENT entry here (`new_flow`), and
+///   the backend answers with a SYN-ACK only before it saw the client's ACK,
+///   which is what moves the flow to ESTABLISHED (see [`refresh`]). So this
+///   answers a different connection on the same tuple, typically the client
+///   now talking to the backend's own address from the same port.
+/// - An expired entry whose FORWARD peer is gone (or belongs to another
+///   flow): nothing can refresh it any more; the collector just has not
+///   removed it yet.
+#[inline(always)]
+fn stale_reply(ct: &CtMap, key: &CtKey, v: &CtValue, h: &Hdr, now: u32) -> bool {
+    if h.proto == PROTO_TCP && h.tcp_flags & TCP_SYN != 0 && v.tcp_state != CT_TCP_SYN_SENT {
+        return true;
+    }
+    v.expires < now && entry_points_to(ct, &peer_key(key, v), key) != Some(true)
+}
+
+/// Makes room for a new flow's REPLY entry at `rkey` (the client's own
+/// address, no SNAT), which an entry of another flow may hold: Linux reuses
+/// one local port towards different destinations, so `client:P → VIP_a` and
+/// `client:P → VIP_b` that pick the same backend have the same reply tuple.
+///
+/// False when the holder is live: not a leftover of this very client tuple
+/// (`fwd_key`), not a CLOSING TCP flow, and not expired (it, or its FORWARD
+/// peer); the new flow must then take another source port. Otherwise the
+/// holder may be replaced, and its own FORWARD entry is removed first if it
+/// still points back at `rkey`.
+#[inline(always)]
+pub fn reply_tuple_free(ct: &CtMap, rkey: &CtKey, fwd_key: &CtKey, now: u32) -> bool {
+    let Some(p) = ct.get_ptr(rkey) else {
+        return true;
+    };
+    // SAFETY: the pointer comes from a successful lookup; plain integers.
+    let o = unsafe { &*p };
+    if points_to(o, fwd_key) {
+        return true;
+    }
+    let peer = peer_key(rkey, o);
+    let theirs = match ct.get_ptr(&peer) {
+        // SAFETY: the pointer comes from a successful lookup; plain integers.
+        Some(f) => {
+            let f = unsafe { &*f };
+            points_to(f, rkey).then_some(f.expires)
+        }
+        None => None,
+    };
+    // Only a packet's own entry is refreshed (the peer only on state
+    // changes), so a one-way flow keeps just its FORWARD entry fresh.
+    let live = o.expires >= now || theirs.is_some_and(|exp| exp >= now);
+    if live && o.tcp_state != CT_TCP_CLOSING {
+        return false;
+    }
+    if theirs.is_some() {
+        let _ = ct.remove(&peer);
+    }
+    true
 }
 
 /// The key of the other entry of the flow that `(key, v)` belongs to.
@@ -301,10 +376,12 @@ pub fn finish_xdp<P: Pkt, const V6: bool>(pkt: &mut P, h: &Hdr, scratch: *mut Sc
 /// Counts the packet on its entry, advances the TCP state and pushes the
 /// expiry out by the state's timeout.
 ///
-/// TCP: a FIN sets its direction's `CT_F_FIN_*` bit on both entries; the
-/// flow is CLOSING (short timeout) only once both sides sent one, or on an
-/// RST. A half-closed connection may still carry data for hours one way, so
-/// it keeps the established timeout.
+/// TCP: SYN_SENT becomes ESTABLISHED on the first packet without SYN (the
+/// client's handshake ACK, or data either way), not on the SYN-ACK, so that a
+/// retransmitted SYN-ACK still finds SYN_SENT. A FIN sets its direction's
+/// `CT_F_FIN_*` bit on both entries; the flow is CLOSING (short timeout) only
+/// once both sides sent one, or on an RST. A half-closed connection may still
+/// carry data for hours one way, so it keeps the established timeout.
 #[inline(always)]
 fn refresh(ct: &CtMap, key: &CtKey, v: &mut CtValue, h: &Hdr, cfg: &Config, now: u32, reply: bool) {
     v.packets += 1;
@@ -326,7 +403,9 @@ fn refresh(ct: &CtMap, key: &CtKey, v: &mut CtValue, h: &Hdr, cfg: &Config, now:
     let both_fin = CT_F_FIN_FORWARD | CT_F_FIN_REPLY;
     let state = if h.tcp_flags & TCP_RST != 0 || flags & both_fin == both_fin {
         CT_TCP_CLOSING
-    } else if reply && old_state == CT_TCP_SYN_SENT {
+    } else if old_state == CT_TCP_SYN_SENT && h.tcp_flags & TCP_SYN == 0 {
+        // Not on the SYN-ACK: ESTABLISHED means the handshake is over, so a
+        // SYN-ACK on it can only be another connection's (`stale_reply`).
         CT_TCP_ESTABLISHED
     } else {
         old_state
@@ -341,9 +420,14 @@ fn refresh(ct: &CtMap, key: &CtKey, v: &mut CtValue, h: &Hdr, cfg: &Config, now:
     // Keep the peer in step: the forward side must see CLOSING to restart on
     // a new SYN, neither side should keep the SYN timeout, and the FIN bits
     // of both directions must meet on both entries.
+    // Only while the peer is still this flow's: another flow may own that
+    // tuple by now.
     let peer = peer_key(key, v);
-    if let Some(p) = ct.get_ptr_mut(&peer) {
+    if let Some(p) = ct.get_ptr_mut(&peer)
         // SAFETY: the pointer comes from a successful lookup.
+        && points_to(unsafe { &*p }, key)
+    {
+        // SAFETY: as above.
         unsafe {
             (*p).tcp_state = state;
             (*p).flags |= flags & both_fin;

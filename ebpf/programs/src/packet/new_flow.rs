@@ -23,7 +23,7 @@ use weir_abi::{
 use super::{
     Hdr,
     ctx::Pkt,
-    flow::{CtMap, Verdict, csum_v6, entry_points_to, state_timeout},
+    flow::{CtMap, Verdict, csum_v6, reply_tuple_free, state_timeout},
     prog_of,
     route::{drop_reason, fib_src, rewrite},
 };
@@ -125,7 +125,7 @@ pub fn new_flow<P: Pkt, const V6: bool>(
     // are masqueraded unless the Service keeps the client source (eTP=Local).
     // A backend talking to its own Service must be masqueraded too, or it
     // would answer itself directly, bypassing the reverse translation.
-    let mut snat = (master.flags & SVC_F_EXTERNAL != 0 && master.flags & SVC_F_LOCAL == 0)
+    let snat = (master.flags & SVC_F_EXTERNAL != 0 && master.flags & SVC_F_LOCAL == 0)
         || h.saddr == pick.addr;
     // The flow's entries and the SNAT route lookup live in per-CPU scratch
     // space: together they do not fit the 512-byte stack next to the rest.
@@ -170,20 +170,20 @@ pub fn new_flow<P: Pkt, const V6: bool>(
         dir: CT_DIR_REPLY,
         _pad: [0; 2],
     };
-    // Without SNAT the reply tuple is the client's own. It may be taken
-    // (the same client port used towards another frontend with the same
-    // backend): only an entry of this very client tuple, left over from an
-    // earlier flow, may be replaced; otherwise this flow is masqueraded so
-    // neither flow's replies go to the other.
+    // Without SNAT the reply tuple is the client's own, which a live flow
+    // of the same client port towards another frontend with the same
+    // backend may hold (see `reply_tuple_free`). Like netfilter's clash
+    // resolution, this flow then keeps the client's address and only takes
+    // another source port; the address matters to network policies.
     if !snat && ct.insert(&*rkey, &*val, BPF_NOEXIST as u64).is_err() {
-        match entry_points_to(ct, rkey, fwd_key) {
-            Some(true) => {
-                if ct.insert(&*rkey, &*val, BPF_ANY as u64).is_err() {
-                    count(prog, STAT_DROP_CT_FULL, h.bytes);
-                    return Verdict::Drop;
-                }
+        if reply_tuple_free(ct, rkey, fwd_key, now) {
+            if ct.insert(&*rkey, &*val, BPF_ANY as u64).is_err() {
+                count(prog, STAT_DROP_CT_FULL, h.bytes);
+                return Verdict::Drop;
             }
-            _ => snat = true,
+        } else if !alloc_snat_port(ct, rkey, val, h.sport, cfg, h.proto != PROTO_SCTP) {
+            count(prog, STAT_DROP_SNAT_PORTS, h.bytes);
+            return Verdict::Drop;
         }
     }
     let mut nat_saddr = h.saddr;
@@ -238,7 +238,8 @@ pub fn new_flow<P: Pkt, const V6: bool>(
     Verdict::Redirect(pkt.redirect(fib))
 }
 
-/// Claims a SNAT port by inserting the reply entry only if its tuple is free.
+/// Claims a SNAT port by inserting the reply entry only if its tuple is free
+/// (also used without SNAT, `rkey.daddr` = the client, to resolve a clash).
 /// Ports come from `Config::snat_port_{min,max}`, a range the node's own
 /// sockets do not use (the programs cannot see them): the client's port if
 /// it lies in the range (least surprise), then a few random ones. SCTP
