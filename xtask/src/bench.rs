@@ -16,8 +16,9 @@ use crate::util::{prepare_harness, root};
 
 #[derive(clap::Subcommand)]
 pub enum Bench {
-    /// Weir's socket LB against kube-proxy's iptables and nftables rulesets and
-    /// direct connections, 1 to 100,000 Services.
+    /// Weir's socket LB and per-packet TC datapath against kube-proxy's
+    /// iptables and nftables rulesets and direct connections, 1 to 100,000
+    /// Services.
     Datapath {
         /// N up to 10,000 and one repetition: under five minutes on 2 cores.
         #[arg(long)]
