@@ -104,16 +104,20 @@ struct PacketArgs {
     #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
     socket_lb: bool,
     /// Devices for the per-packet TC program (external devices and pod
-    /// veths): exact names, or prefixes ending in '+' (`lxc+`, `cali+`) that
-    /// match every interface starting so. Interfaces are re-listed every 5 s,
-    /// so new and recreated devices get the program and vanished ones lose
-    /// it; a listed device missing at start is attached when it appears.
-    /// Only Ethernet devices qualify. Needs Linux 6.7+. None: socket load
-    /// balancing only.
+    /// veths): exact names, prefixes ending in '+' (`lxc+`, `cali+`) that
+    /// match every interface starting so, or `auto`: every interface that
+    /// carries a default route (IPv4 or IPv6) in the agent's network
+    /// namespace plus every veth (the host side of pods). Interfaces are
+    /// re-listed every 5 s, so new and recreated devices get the program and
+    /// vanished ones lose it; a listed device missing at start is attached
+    /// when it appears. Only Ethernet devices qualify. Needs Linux 6.7+.
+    /// None: socket load balancing only.
     #[arg(long, value_name = "DEV,...", value_delimiter = ',')]
     devices: Vec<String>,
     /// The --devices that also get XDP when --acceleration is on (same
-    /// syntax; default: all of --devices). XDP goes only where the TC
+    /// syntax, but `auto` here means the default-route devices only, never
+    /// veths; default: all of --devices, so `--devices=auto` accelerates the
+    /// default-route devices). XDP goes only where the TC
     /// program is too (it hands SNAT flows to TC on the same device). Do not
     /// give pod veths (`lxc+`, `cali+`) XDP: frames from pods reach a veth's
     /// XDP as CHECKSUM_PARTIAL, and native XDP on a veth disables GSO on its
@@ -415,9 +419,24 @@ async fn run_async(args: RunArgs, node: String) -> Result<()> {
 
     let packet = &args.packet;
     // Every flag is checked before anything loads.
-    let (device_patterns, accel_patterns) = packet.device_patterns()?;
+    let (mut device_patterns, mut accel_patterns) = packet.device_patterns()?;
     let mut config = packet.datapath_config()?;
-    config.flags |= match kernel::release() {
+    let release = kernel::release();
+    // `auto` (the chart's default) is best effort: on a kernel too old for
+    // the packet path the agent still replaces kube-proxy for socket traffic
+    // and says what is missing. Devices named explicitly are a requirement.
+    if let Ok(r) = &release
+        && !device_patterns.is_empty()
+        && device_patterns.iter().all(|p| *p == devices::Pattern::Auto)
+        && let Err(e) = kernel::flags(r, true)
+    {
+        warn!(
+            "{e}; --devices=auto: NodePort, externalIPs and LoadBalancer IPs from outside are not served"
+        );
+        device_patterns.clear();
+        accel_patterns.clear();
+    }
+    config.flags |= match release {
         Ok(release) => kernel::flags(&release, !device_patterns.is_empty())?,
         // Socket load balancing only: nothing depends on the version.
         Err(e) if device_patterns.is_empty() => {

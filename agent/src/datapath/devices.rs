@@ -10,13 +10,23 @@
 //! `weir_tc_ingress` (and `weir_xdp` where `--acceleration-devices` says),
 //! vanished ones lose their pinned links.
 //!
+//! `auto` (the chart's default) matches, at every listing, each interface
+//! that carries a default route (IPv4 or IPv6) in the agent's network
+//! namespace, where NodePort and LoadBalancer traffic from outside arrives,
+//! and each veth (driver `veth`): the host side of pods, where the replies of
+//! translated flows arrive. In `--acceleration-devices` (and its default)
+//! `auto` means the default-route devices only, never veths.
+//!
 //! Only Ethernet devices (`ARPHRD_ETHER`) qualify: the programs parse an
 //! Ethernet header first, so on a tunnel or `lo` they would misread every
 //! packet.
+mod auto;
+
 use std::{
     collections::{BTreeMap, HashSet},
     ffi::CStr,
     io,
+    os::fd::{AsFd, BorrowedFd},
     time::Duration,
 };
 
@@ -40,12 +50,16 @@ const ARPHRD_ETHER: u16 = 1;
 pub enum Pattern {
     Exact(String),
     Prefix(String),
+    /// `auto`: default-route devices and veths (see the module docs).
+    Auto,
 }
 
 impl Pattern {
     pub fn parse(s: &str) -> Result<Self, String> {
         let s = s.trim();
-        if let Some(p) = s.strip_suffix('+') {
+        if s == "auto" {
+            Ok(Self::Auto)
+        } else if let Some(p) = s.strip_suffix('+') {
             if p.is_empty() {
                 return Err("\"+\" alone would match every interface; give a prefix".into());
             }
@@ -57,10 +71,13 @@ impl Pattern {
         }
     }
 
-    pub fn matches(&self, name: &str) -> bool {
+    /// Whether `link` matches; `accel` (an `--acceleration-devices` entry)
+    /// narrows `auto` to the default-route devices.
+    pub fn matches(&self, link: &Link, accel: bool) -> bool {
         match self {
-            Self::Exact(n) => n == name,
-            Self::Prefix(p) => name.starts_with(p.as_str()),
+            Self::Exact(n) => *n == link.name,
+            Self::Prefix(p) => link.name.starts_with(p.as_str()),
+            Self::Auto => link.name != "lo" && (link.default_route || (!accel && link.veth)),
         }
     }
 }
@@ -72,8 +89,8 @@ pub fn parse_patterns(list: &[String], flag: &str) -> Result<Vec<Pattern>, Strin
         .collect()
 }
 
-pub fn any_match(patterns: &[Pattern], name: &str) -> bool {
-    patterns.iter().any(|p| p.matches(name))
+pub fn any_match(patterns: &[Pattern], link: &Link, accel: bool) -> bool {
+    patterns.iter().any(|p| p.matches(link, accel))
 }
 
 /// An interface of this network namespace.
@@ -83,12 +100,30 @@ pub struct Link {
     pub ifindex: u32,
     /// `ARPHRD_*` (`dev->type`), `None` if it could not be read.
     pub kind: Option<u16>,
+    /// Carries a default route (IPv4 or IPv6) in this namespace.
+    pub default_route: bool,
+    /// Its driver is `veth`.
+    pub veth: bool,
 }
 
 /// Every interface of the calling thread's network namespace
 /// (`if_nameindex`, which asks the kernel rather than a sysfs mount that may
 /// belong to another namespace).
 pub fn list_links() -> io::Result<Vec<Link>> {
+    // Only `auto` needs the routes; an unreadable route table must not stop
+    // the explicit devices from being attached.
+    let routes = auto::default_route_devices().unwrap_or_else(|e| {
+        tracing::warn!("cannot read the default routes for --devices=auto: {e}");
+        Default::default()
+    });
+    // SAFETY: plain socket(2); checked below and closed by OwnedFd.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: socket(2) returned a new descriptor nobody else owns.
+    let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    let fd = fd.as_fd();
     // SAFETY: if_nameindex returns an array terminated by a zero entry, freed below.
     let head = unsafe { libc::if_nameindex() };
     if head.is_null() {
@@ -103,7 +138,9 @@ pub fn list_links() -> io::Result<Vec<Link>> {
                 .to_string_lossy()
                 .into_owned();
             out.push(Link {
-                kind: link_type(&name),
+                kind: link_type(fd, &name),
+                default_route: routes.contains(&name),
+                veth: auto::driver(fd, &name).as_deref() == Some("veth"),
                 name,
                 ifindex: (*cur).if_index,
             });
@@ -116,18 +153,11 @@ pub fn list_links() -> io::Result<Vec<Link>> {
 
 /// `dev->type` (`ARPHRD_*`), what `/sys/class/net/<dev>/type` shows, read
 /// with `SIOCGIFHWADDR` in this namespace.
-fn link_type(name: &str) -> Option<u16> {
+fn link_type(fd: BorrowedFd<'_>, name: &str) -> Option<u16> {
     let bytes = name.as_bytes();
     if bytes.len() >= libc::IFNAMSIZ {
         return None;
     }
-    // SAFETY: plain socket(2); checked below and closed by OwnedFd.
-    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        return None;
-    }
-    // SAFETY: socket(2) returned a new descriptor nobody else owns.
-    let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
     // SAFETY: ifreq is plain data; zero is valid.
     let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
     for (d, s) in req.ifr_name.iter_mut().zip(bytes) {
@@ -171,7 +201,7 @@ pub struct Plan {
 pub fn plan(patterns: &[Pattern], links: &[Link]) -> Plan {
     let mut p = Plan::default();
     for l in links {
-        if !any_match(patterns, &l.name) {
+        if !any_match(patterns, l, false) {
             continue;
         }
         if l.kind == Some(ARPHRD_ETHER) {
@@ -312,7 +342,10 @@ impl Devices {
         let mut xdp_now = BTreeMap::new();
         if self.acceleration != Acceleration::Disabled {
             for (dev, &ifindex) in &tc_now {
-                if !any_match(&self.accel_devices, dev) {
+                let accel = links
+                    .iter()
+                    .any(|l| l.name == *dev && any_match(&self.accel_devices, l, true));
+                if !accel {
                     continue;
                 }
                 if self.xdp.get(dev) == Some(&ifindex) {
@@ -372,15 +405,23 @@ mod tests {
             name: name.into(),
             ifindex,
             kind: Some(kind),
+            default_route: false,
+            veth: false,
         }
     }
 
     #[test]
     fn patterns_parse_and_match() {
+        let m = |p: &Pattern, n: &str| p.matches(&link(n, 2, 1), false);
         let p = Pattern::parse("lxc+").unwrap();
-        assert!(p.matches("lxc12ab") && p.matches("lxc") && !p.matches("eth0"));
+        assert!(m(&p, "lxc12ab") && m(&p, "lxc") && !m(&p, "eth0"));
         let e = Pattern::parse("eth0").unwrap();
-        assert!(e.matches("eth0") && !e.matches("eth0.100") && !e.matches("eth"));
+        assert!(m(&e, "eth0") && !m(&e, "eth0.100") && !m(&e, "eth"));
+        assert_eq!(Pattern::parse(" auto").unwrap(), Pattern::Auto);
+        assert_eq!(
+            Pattern::parse("auto+").unwrap(),
+            Pattern::Prefix("auto".into())
+        );
         assert!(Pattern::parse("+").is_err());
         assert!(Pattern::parse("").is_err());
         let err = parse_patterns(&["eth0".into(), "+".into()], "--devices").unwrap_err();
@@ -413,6 +454,41 @@ mod tests {
         );
         assert_eq!(p.refused, [("tun0".to_owned(), Some(65534))]);
         assert_eq!(p.missing, ["bond0"]);
+    }
+
+    #[test]
+    fn auto_takes_default_route_devices_and_veths_but_accelerates_only_the_former() {
+        let mut eth0 = link("eth0", 2, 1);
+        eth0.default_route = true;
+        let mut wg0 = link("wg0", 3, 65534);
+        wg0.default_route = true;
+        let mut lxc1 = link("lxc1", 7, 1);
+        lxc1.veth = true;
+        let mut lo = link("lo", 1, 772);
+        lo.default_route = true;
+        lo.veth = true;
+        let links = [lo, eth0, link("eth1", 4, 1), wg0, lxc1, link("br0", 5, 1)];
+        let auto = [Pattern::Auto];
+        let p = plan(&auto, &links);
+        assert_eq!(
+            p.tc.into_iter().collect::<Vec<_>>(),
+            [("eth0".to_owned(), 2), ("lxc1".to_owned(), 7)]
+        );
+        // Non-Ethernet default-route devices are refused (and named) as before.
+        assert_eq!(p.refused, [("wg0".to_owned(), Some(65534))]);
+        assert!(p.missing.is_empty());
+        let accel: Vec<&str> = links
+            .iter()
+            .filter(|l| any_match(&auto, l, true))
+            .map(|l| l.name.as_str())
+            .collect();
+        assert_eq!(accel, ["eth0", "wg0"]);
+        // auto next to explicit entries.
+        let pats = parse_patterns(&["auto".into(), "br0".into()], "--devices").unwrap();
+        assert_eq!(
+            plan(&pats, &links).tc.keys().collect::<Vec<_>>(),
+            ["br0", "eth0", "lxc1"]
+        );
     }
 
     #[test]

@@ -46,6 +46,7 @@ pub(crate) fn default_args() -> Vec<String> {
         "--metrics-addr=127.0.0.1:10249",
         "--healthz-addr=0.0.0.0:10256",
         "--socket-lb=true",
+        "--devices=auto",
         "--nodeport-range=30000-32767",
         "--snat-port-range=61000-65535",
         "--acceleration=disabled",

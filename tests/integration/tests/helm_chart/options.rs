@@ -42,9 +42,19 @@ fn datapath_options_render_as_flags() {
         1
     );
     assert!(
-        !default_args().iter().any(|a| a.starts_with("--devices")),
-        "no --devices by default"
+        default_args().iter().any(|a| a == "--devices=auto"),
+        "--devices=auto by default"
     );
+    // An empty list: socket load balancing only, no --devices at all.
+    let r = render_ok(&["--set", "devices={}"]);
+    r.check_all_typed();
+    assert!(
+        !r.args().iter().any(|a| a.starts_with("--devices")),
+        "{:?}",
+        r.args()
+    );
+    let r = render_ok(&["--set", "devices={auto,lxc+}"]);
+    assert!(r.args().contains(&"--devices=auto,lxc+".to_owned()));
     let r = render_ok(&["--set", "acceleration=best-effort"]);
     assert!(r.args().contains(&"--acceleration=best-effort".to_owned()));
 }
