@@ -206,29 +206,9 @@ impl Agent {
     }
 
     fn spawn_only(&mut self) -> Result<()> {
-        let log = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log)?;
-        let mut cmd = Command::new(bin("weir-agent"));
-        // SAFETY: prctl is async-signal-safe. The kernel then kills the agent if
-        // the test process dies before its guards run.
-        unsafe {
-            use std::os::unix::process::CommandExt as _;
-            cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
-            });
-        }
-        let child = cmd
-            .args(&self.args)
-            .env("RUST_LOG", "info")
-            .env("NO_COLOR", "1")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .context("starting weir-agent (build it: cargo build -p weir-agent)")?;
-        self.child = Some(child);
+        let mut cmd = agent_command(None);
+        cmd.args(&self.args);
+        self.child = Some(spawn_agent(cmd, &self.log)?);
         Ok(())
     }
 
@@ -332,4 +312,39 @@ pub fn backends_of(
                 .map(|b| format!("{}:{}", b.ip, b.port))
                 .collect()
         })
+}
+
+/// `weir-agent`, run in the network namespace at `netns` (a `/run/netns/…`
+/// path) when given: nsenter execs the agent, so the child's pid is the
+/// agent's.
+pub fn agent_command(netns: Option<&str>) -> Command {
+    match netns {
+        Some(ns) => {
+            let mut cmd = Command::new("nsenter");
+            cmd.arg(format!("--net={ns}")).arg(bin("weir-agent"));
+            cmd
+        }
+        None => Command::new(bin("weir-agent")),
+    }
+}
+
+/// Starts `cmd` (from [`agent_command`], arguments added) with its log
+/// appended to `log`, killed by the kernel if the spawning thread dies
+/// before the caller's guards run.
+pub fn spawn_agent(mut cmd: Command, log: &std::path::Path) -> Result<Child> {
+    let log = OpenOptions::new().create(true).append(true).open(log)?;
+    // SAFETY: prctl is async-signal-safe.
+    unsafe {
+        use std::os::unix::process::CommandExt as _;
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    cmd.env("RUST_LOG", "info")
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .context("starting weir-agent (build it: cargo build -p weir-agent)")
 }

@@ -10,17 +10,17 @@
 //!                                                                         └── be2 10.77.0.12:8080
 //! ```
 use std::{
-    fs::OpenOptions,
     net::Ipv4Addr,
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
+    process::{Child, Command},
     sync::atomic::{AtomicU32, Ordering},
     time::{Duration, Instant},
 };
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Result, bail};
 
 use crate::{
+    agent::{agent_command, spawn_agent},
     bin,
     topology::{
         Cgroup, ChildGuard, DIR_PREFIX, NETNS_PREFIX, Netns, cgroup2_root, spawn_ready, veth,
@@ -137,30 +137,12 @@ impl Lab {
         timeout: Duration,
     ) -> Result<NodeAgent> {
         let before = std::fs::metadata(log).map_or(0, |m| m.len() as usize);
-        let stderr = OpenOptions::new().create(true).append(true).open(log)?;
-        let mut cmd = Command::new("nsenter");
-        cmd.arg(format!("--net={}", self.node.path()))
-            .arg(bin("weir-agent"))
-            .args(["--metrics-addr", "127.0.0.1:10249"])
+        let node = self.node.path();
+        let mut cmd = agent_command(Some(&node));
+        cmd.args(["--metrics-addr", "127.0.0.1:10249"])
             .args(["--healthz-addr", "127.0.0.1:10256"])
             .args(args);
-        // SAFETY: prctl is async-signal-safe. The kernel kills the agent if
-        // the spawning thread dies before the guard runs.
-        unsafe {
-            use std::os::unix::process::CommandExt as _;
-            cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
-            });
-        }
-        // nsenter execs the agent: the child's pid is the agent's.
-        let child = cmd
-            .env("RUST_LOG", "info")
-            .env("NO_COLOR", "1")
-            .stdout(Stdio::null())
-            .stderr(stderr)
-            .spawn()
-            .context("starting weir-agent (build it: cargo build -p weir-agent)")?;
+        let child = spawn_agent(cmd, log)?;
         let mut agent = NodeAgent {
             child: Some(child),
             log: log.to_path_buf(),

@@ -1,9 +1,8 @@
 //! `weir-agent` inside the topology's node namespace, on its devices.
 use std::{
-    fs::OpenOptions,
     net::IpAddr,
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
+    process::{Child, Command},
     time::{Duration, Instant},
 };
 
@@ -13,7 +12,10 @@ use serde::Deserialize;
 use weir_abi::{CtKey, CtValue, StatValue};
 
 use super::{DEVICES, NODE_NAME, PacketTopology};
-use crate::bin;
+use crate::{
+    agent::{agent_command, spawn_agent},
+    bin,
+};
 
 /// Where the agent serves /metrics and /healthz: the node namespace's own
 /// loopback, so kube-proxy's fixed ports never collide between tests.
@@ -89,32 +91,9 @@ impl PacketAgent {
     }
 
     fn launch(&mut self) -> Result<()> {
-        let log = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log)?;
-        // nsenter execs the agent: the child's pid is the agent's.
-        let mut cmd = Command::new("nsenter");
-        cmd.arg(format!("--net={}", self.netns))
-            .arg(bin("weir-agent"));
-        // SAFETY: prctl is async-signal-safe. The kernel kills the agent if the
-        // test process dies before its guards run.
-        unsafe {
-            use std::os::unix::process::CommandExt as _;
-            cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
-            });
-        }
-        let child = cmd
-            .args(&self.args)
-            .env("RUST_LOG", "info")
-            .env("NO_COLOR", "1")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .context("starting weir-agent (build it: cargo build -p weir-agent)")?;
-        self.child = Some(child);
+        let mut cmd = agent_command(Some(&self.netns));
+        cmd.args(&self.args);
+        self.child = Some(spawn_agent(cmd, &self.log)?);
         Ok(())
     }
 
