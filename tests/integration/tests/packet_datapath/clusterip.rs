@@ -12,7 +12,7 @@ use weir_integration::packet_topology::{
 };
 
 use crate::support::{
-    SETTLE, UdpStream, alive, backends, check_moved, pod_of_dns, poll, publish, publish_per_family,
+    UdpStream, alive, check_moved, cut_when_in_maps, pod_of_dns, publish, publish_per_family,
     serving, who,
 };
 
@@ -114,27 +114,26 @@ fn connected_udp_client_gets_a_fresh_backend_after_its_backend_is_removed() -> R
         &[Ep::of(gone[0].other(), READY)],
         &[Ep::of(gone[1].other(), READY)],
     )?;
-    let mut cuts = [None, None];
-    poll(SETTLE, "the removals in the maps", || {
-        for (i, (vip, v6)) in families.into_iter().enumerate() {
-            let want = vec![(gone[i].other().addr(v6).to_owned(), "active".to_owned())];
-            if cuts[i].is_none() && backends(&agent, vip, ECHO_PORT, "UDP")? == Some(want) {
-                // Counted once the maps are seen to have it: every answer
-                // after this was sent after the removal. Counting before the
-                // look would blame answers that arrived while `inspect` ran.
-                cuts[i] = Some(streams[i].seen().len());
-            }
-        }
-        Ok(if cuts.iter().all(Option::is_some) {
-            Ok(())
-        } else {
-            Err(cuts)
-        })
-    })?;
+    let cuts = cut_when_in_maps(
+        &agent,
+        &streams,
+        &[
+            (
+                families[0].0,
+                ECHO_PORT,
+                gone[0].other().addr(families[0].1),
+            ),
+            (
+                families[1].0,
+                ECHO_PORT,
+                gone[1].other().addr(families[1].1),
+            ),
+        ],
+    )?;
 
     for (i, s) in streams.into_iter().enumerate() {
         let p = s.finish()?;
-        let cut = cuts[i].unwrap_or_default();
+        let cut = cuts[i];
         // Until the agent has destroyed the socket it still reaches the
         // removed pod (up to a second of sends); destroyed, it fails once,
         // and the client's next send connects afresh.

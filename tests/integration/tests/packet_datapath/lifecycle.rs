@@ -21,7 +21,7 @@ use weir_integration::{
 };
 
 use crate::support::{
-    SETTLE, UdpStream, alive, backends, check_moved, pod_of_dns, poll, publish, publish_per_family,
+    UdpStream, alive, check_moved, cut_when_in_maps, pod_of_dns, publish, publish_per_family,
     serving, wait_backends, who,
 };
 
@@ -260,27 +260,20 @@ fn a_tracked_udp_flow_leaves_its_backend_when_the_backend_is_removed() -> Result
         &[Ep::of(gone[0].other(), READY)],
         &[Ep::of(gone[1].other(), READY)],
     )?;
-    let mut cuts = [None, None];
-    poll(SETTLE, "the removals in the maps", || {
-        for (i, (ip, port, v6)) in flows.into_iter().enumerate() {
-            let want = vec![(gone[i].other().addr(v6).to_owned(), "active".to_owned())];
-            if cuts[i].is_none() && backends(&agent, ip, port, "UDP")? == Some(want) {
-                // Counted once the maps are seen to have it (see clusterip.rs).
-                cuts[i] = Some(streams[i].seen().len());
-            }
-        }
-        Ok(if cuts.iter().all(Option::is_some) {
-            Ok(())
-        } else {
-            Err(cuts)
-        })
-    })?;
+    let cuts = cut_when_in_maps(
+        &agent,
+        &streams,
+        &[
+            (flows[0].0, flows[0].1, gone[0].other().addr(flows[0].2)),
+            (flows[1].0, flows[1].1, gone[1].other().addr(flows[1].2)),
+        ],
+    )?;
     // The next packet of each flow finds its backend gone and picks afresh:
     // no error, and at most the one datagram already under way still
     // answered by the removed pod.
     for (i, s) in streams.into_iter().enumerate() {
         let p = s.finish()?;
-        let cut = cuts[i].unwrap_or_default();
+        let cut = cuts[i];
         check_moved(
             &p.sequence,
             pre[i],

@@ -367,6 +367,33 @@ impl UdpStream {
     }
 }
 
+/// Waits until each stream's frontend `(address, port)` lists only its
+/// `(.., .., replacement)` backend, and returns how many answers each stream
+/// had seen at the moment the maps were seen to have it: every answer after
+/// that was sent after the removal. Counting before the look would blame
+/// answers that arrived while `inspect` ran.
+pub fn cut_when_in_maps(
+    agent: &PacketAgent,
+    streams: &[UdpStream],
+    frontends: &[(&str, u16, &str)],
+) -> Result<Vec<usize>> {
+    let mut cuts = vec![None; streams.len()];
+    poll(SETTLE, "the removals in the maps", || {
+        for (i, (ip, port, replacement)) in frontends.iter().enumerate() {
+            let want = vec![((*replacement).to_owned(), "active".to_owned())];
+            if cuts[i].is_none() && backends(agent, ip, *port, "UDP")? == Some(want) {
+                cuts[i] = Some(streams[i].seen().len());
+            }
+        }
+        Ok(if cuts.iter().all(Option::is_some) {
+            Ok(())
+        } else {
+            Err(cuts.clone())
+        })
+    })?;
+    Ok(cuts.into_iter().map(Option::unwrap_or_default).collect())
+}
+
 /// Checks that a UDP stream left removed backend `gone` for `other`. `pre`
 /// is how many outcomes it had when the removal was published, `cut` how many
 /// when the removal was seen in the maps. Before `pre` its latest answer came
