@@ -21,7 +21,7 @@ use weir_integration::{
 };
 
 use crate::support::{
-    UdpStream, alive, check_moved, cut_when_in_maps, pod_of_dns, publish, publish_per_family,
+    UdpStream, alive, pod_of_dns, publish, publish_per_family, remove_each_streams_backend,
     serving, wait_backends, who,
 };
 
@@ -249,41 +249,9 @@ fn a_tracked_udp_flow_leaves_its_backend_when_the_backend_is_removed() -> Result
             0,
         )?);
     }
-    let mut gone = Vec::new();
-    for s in &streams {
-        gone.push(named(&s.backend()?)?);
-    }
-    let pre: Vec<usize> = streams.iter().map(|s| s.seen().len()).collect();
-    publish_per_family(
-        &topo,
-        &svc,
-        &[Ep::of(gone[0].other(), READY)],
-        &[Ep::of(gone[1].other(), READY)],
-    )?;
-    let cuts = cut_when_in_maps(
-        &agent,
-        &streams,
-        &[
-            (flows[0].0, flows[0].1, gone[0].other().addr(flows[0].2)),
-            (flows[1].0, flows[1].1, gone[1].other().addr(flows[1].2)),
-        ],
-    )?;
     // The next packet of each flow finds its backend gone and picks afresh:
     // no error, and at most the one datagram already under way still
     // answered by the removed pod.
-    for (i, s) in streams.into_iter().enumerate() {
-        let p = s.finish()?;
-        let cut = cuts[i];
-        check_moved(
-            &p.sequence,
-            pre[i],
-            cut,
-            gone[i].name,
-            gone[i].other().name,
-            1,
-            0,
-        )
-        .with_context(|| format!("flow to {}", target(flows[i].0, flows[i].1)))?;
-    }
+    remove_each_streams_backend(&topo, &agent, &svc, streams, flows, 1, 0)?;
     alive(&mut agent)
 }

@@ -13,7 +13,9 @@ use weir_integration::{
     packet_topology::{
         NODE_EXT4, NODE_EXT6, Ns, PacketAgent, PacketTopology, Pod,
         clients::{Curl, CurlOpts, Probe, target},
-        manifests::{DNS_PORT, ECHO_PORT, Ep, HTTP_PORT, Svc, service_per_family, service_with},
+        manifests::{
+            DNS_PORT, ECHO_PORT, Ep, HTTP_PORT, READY, Svc, service_per_family, service_with,
+        },
     },
     topology::ChildGuard,
 };
@@ -367,31 +369,64 @@ impl UdpStream {
     }
 }
 
-/// Waits until each stream's frontend `(address, port)` lists only its
-/// `(.., .., replacement)` backend, and returns how many answers each stream
-/// had seen at the moment the maps were seen to have it: every answer after
-/// that was sent after the removal. Counting before the look would blame
-/// answers that arrived while `inspect` ran.
-pub fn cut_when_in_maps(
+/// Removes, per family, the backend that family's stream is on (so that no
+/// stream can pass by never having been on the removed backend), then checks
+/// with [`check_moved`] that each stream left it for the other pod: at most
+/// `stale` answers from the removed pod after the maps had the removal, then
+/// at most `errors` errors. `frontends[i]` is stream i's `(address, port,
+/// v6)`; index 0 is the IPv4 family, 1 the IPv6 one.
+pub fn remove_each_streams_backend(
+    topo: &PacketTopology,
     agent: &PacketAgent,
-    streams: &[UdpStream],
-    frontends: &[(&str, u16, &str)],
-) -> Result<Vec<usize>> {
-    let mut cuts = vec![None; streams.len()];
+    svc: &Svc,
+    streams: Vec<UdpStream>,
+    frontends: [(&str, u16, bool); 2],
+    stale: usize,
+    errors: usize,
+) -> Result<()> {
+    let mut gone = Vec::new();
+    for s in &streams {
+        let name = s.backend()?;
+        gone.push(Pod::named(&name).with_context(|| format!("unknown backend {name:?}"))?);
+    }
+    let pre: Vec<usize> = streams.iter().map(|s| s.seen().len()).collect();
+    publish_per_family(
+        topo,
+        svc,
+        &[Ep::of(gone[0].other(), READY)],
+        &[Ep::of(gone[1].other(), READY)],
+    )?;
+    // Counted once the maps are seen to have the removal: every answer after
+    // that was sent after it. Counting before the look would blame answers
+    // that arrived while `inspect` ran.
+    let mut cuts = [None, None];
     poll(SETTLE, "the removals in the maps", || {
-        for (i, (ip, port, replacement)) in frontends.iter().enumerate() {
-            let want = vec![((*replacement).to_owned(), "active".to_owned())];
-            if cuts[i].is_none() && backends(agent, ip, *port, "UDP")? == Some(want) {
+        for (i, (ip, port, v6)) in frontends.into_iter().enumerate() {
+            let want = vec![(gone[i].other().addr(v6).to_owned(), "active".to_owned())];
+            if cuts[i].is_none() && backends(agent, ip, port, "UDP")? == Some(want) {
                 cuts[i] = Some(streams[i].seen().len());
             }
         }
         Ok(if cuts.iter().all(Option::is_some) {
             Ok(())
         } else {
-            Err(cuts.clone())
+            Err(cuts)
         })
     })?;
-    Ok(cuts.into_iter().map(Option::unwrap_or_default).collect())
+    for (i, s) in streams.into_iter().enumerate() {
+        let p = s.finish()?;
+        check_moved(
+            &p.sequence,
+            pre[i],
+            cuts[i].unwrap_or_default(),
+            gone[i].name,
+            gone[i].other().name,
+            stale,
+            errors,
+        )
+        .with_context(|| format!("stream to {}", target(frontends[i].0, frontends[i].1)))?;
+    }
+    Ok(())
 }
 
 /// Checks that a UDP stream left removed backend `gone` for `other`. `pre`
