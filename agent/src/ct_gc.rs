@@ -26,7 +26,7 @@ use std::{
 
 use aya::maps::{HashMap as BpfHashMap, IterableMap as _, Map, MapData, MapError};
 use tracing::{debug, info, warn};
-use weir_abi::{CT_DIR_FORWARD, CT_DIR_REPLY, CtKey, CtValue};
+use weir_abi::{CtKey, CtValue};
 
 #[derive(Debug, thiserror::Error)]
 pub enum CtGcError {
@@ -244,7 +244,7 @@ pub fn candidates(
         if !expired(&value, now) || seen.contains(&key) {
             continue;
         }
-        let peer = peer_key(&key, &value);
+        let peer = key.peer(&value);
         let peer_value = lookup(&peer);
         if peer_value.is_some_and(|pv| !expired(&pv, now)) {
             continue;
@@ -301,28 +301,6 @@ pub fn reap(cands: &[Candidate], table: &mut impl CtTable, now: u32) -> usize {
     deleted
 }
 
-/// The key of the other entry of `key`'s flow, derived from its value
-/// (see [`weir_abi::CtValue`]).
-pub fn peer_key(key: &CtKey, value: &CtValue) -> CtKey {
-    // The two directions are symmetric: a forward value rewrites towards the
-    // backend from the (SNAT or client) source, which is exactly the reply's
-    // tuple reversed; a reply value rewrites towards the client from the
-    // frontend, the forward tuple reversed.
-    CtKey {
-        saddr: value.nat_daddr,
-        daddr: value.nat_saddr,
-        sport: value.nat_dport,
-        dport: value.nat_sport,
-        proto: key.proto,
-        dir: if key.dir == CT_DIR_FORWARD {
-            CT_DIR_REPLY
-        } else {
-            CT_DIR_FORWARD
-        },
-        _pad: [0; 2],
-    }
-}
-
 /// Whether `value` has expired at `now` (both in CLOCK_MONOTONIC seconds).
 pub const fn expired(value: &CtValue, now: u32) -> bool {
     value.expires < now
@@ -360,7 +338,7 @@ pub fn monotonic_secs() -> u32 {
 
 #[cfg(test)]
 mod tests {
-    use weir_abi::{Addr, PROTO_UDP};
+    use weir_abi::{Addr, CT_DIR_FORWARD, CT_DIR_REPLY, PROTO_UDP};
 
     use super::*;
 
@@ -411,8 +389,8 @@ mod tests {
     #[test]
     fn peers_point_at_each_other() {
         let [(fk, fv), (rk, rv)] = flow(0, 0);
-        assert_eq!(peer_key(&fk, &fv), rk);
-        assert_eq!(peer_key(&rk, &rv), fk);
+        assert_eq!(fk.peer(&fv), rk);
+        assert_eq!(rk.peer(&rv), fk);
     }
 
     #[test]

@@ -117,7 +117,7 @@ pub fn services(s: &Snapshot) -> Vec<ServiceView> {
                 .and_then(|v| s.backends.get(&v.backend_id));
             backends.push(match b {
                 Some(b) => BackendView {
-                    ip: crate::maps::ip_addr(b.addr),
+                    ip: IpAddr::from(b.addr),
                     port: u16::from_be(b.port),
                     state: state_name(b.state),
                 },
@@ -135,7 +135,7 @@ pub fn services(s: &Snapshot) -> Vec<ServiceView> {
             .values()
             .filter(|b| b.state == BACKEND_STATE_DRAINING && b.rev_nat_id == master.rev_nat_id)
             .map(|b| BackendView {
-                ip: crate::maps::ip_addr(b.addr),
+                ip: IpAddr::from(b.addr),
                 port: u16::from_be(b.port),
                 state: state_name(b.state),
             })
@@ -143,7 +143,7 @@ pub fn services(s: &Snapshot) -> Vec<ServiceView> {
         draining.sort_by_key(|b| (b.ip, b.port));
         backends.extend(draining);
         out.push(ServiceView {
-            vip: crate::maps::ip_addr(k.addr),
+            vip: IpAddr::from(k.addr),
             port: u16::from_be(k.port),
             protocol: Protocol::from_ip_proto(k.proto)
                 .map_or_else(|| k.proto.to_string(), |p| p.as_str().to_owned()),
@@ -217,16 +217,15 @@ pub fn render_table(views: &[ServiceView]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use weir_abi::{Backend, PROTO_TCP, ServiceKey, ServiceValue};
+    use weir_abi::{Addr, Backend, PROTO_TCP, ServiceKey, ServiceValue};
 
     use super::*;
-    use crate::maps::abi_addr;
 
     #[test]
     fn services_show_flags_and_v6_frontends() {
         let mut s = Snapshot::default();
         let fe = ServiceKey {
-            addr: abi_addr("fd00::10".parse().unwrap()),
+            addr: Addr::from("fd00::10".parse::<IpAddr>().unwrap()),
             port: 30080u16.to_be(),
             proto: PROTO_TCP,
             ..ServiceKey::default()
@@ -252,7 +251,7 @@ mod tests {
         s.backends.insert(
             9,
             Backend {
-                addr: abi_addr("fd00::99".parse().unwrap()),
+                addr: Addr::from("fd00::99".parse::<IpAddr>().unwrap()),
                 port: 8080u16.to_be(),
                 proto: PROTO_TCP,
                 rev_nat_id: 1,
@@ -262,7 +261,7 @@ mod tests {
         s.backends.insert(
             10,
             Backend {
-                addr: abi_addr("fd00::98".parse().unwrap()),
+                addr: Addr::from("fd00::98".parse::<IpAddr>().unwrap()),
                 port: 8080u16.to_be(),
                 proto: PROTO_TCP,
                 state: weir_abi::BACKEND_STATE_DRAINING,

@@ -1,5 +1,8 @@
 //! `weir-agent inspect conntrack`: every flow the packet programs track.
-use std::{fmt::Write as _, net::SocketAddr};
+use std::{
+    fmt::Write as _,
+    net::{IpAddr, SocketAddr},
+};
 
 use serde::Serialize;
 use weir_abi::{
@@ -7,7 +10,7 @@ use weir_abi::{
     CT_TCP_SYN_SENT, CtKey, CtValue,
 };
 
-use crate::{maps::ip_addr, model::Protocol};
+use crate::model::Protocol;
 
 /// One conntrack entry, as an operator reads it.
 #[derive(Debug, PartialEq, Eq, Serialize)]
@@ -42,7 +45,7 @@ pub fn conntrack(entries: &[(CtKey, CtValue)], now: u32) -> Vec<CtView> {
 }
 
 fn view(k: &CtKey, v: &CtValue, now: u32) -> CtView {
-    let sa = |addr, port: u16| SocketAddr::new(ip_addr(addr), u16::from_be(port));
+    let sa = |addr, port: u16| SocketAddr::new(IpAddr::from(addr), u16::from_be(port));
     let mut flags = Vec::new();
     for (bit, name) in [
         (CT_F_SNAT, "snat"),
@@ -194,7 +197,7 @@ mod tests {
     fn v6_tuples_render_bracketed() {
         let a: std::net::Ipv6Addr = "fd00::1".parse().unwrap();
         let k = CtKey {
-            saddr: crate::maps::abi_addr(a.into()),
+            saddr: Addr::from(IpAddr::from(a)),
             sport: 1u16.to_be(),
             proto: PROTO_UDP,
             ..CtKey::default()

@@ -1,5 +1,8 @@
 //! A stable text rendering of map contents, for golden tests and debugging.
-use std::{fmt::Write as _, net::SocketAddr};
+use std::{
+    fmt::Write as _,
+    net::{IpAddr, SocketAddr},
+};
 
 use weir_abi::{Addr, BACKEND_STATE_ACTIVE, BACKEND_STATE_DRAINING, BACKEND_STATE_TERMINATING};
 
@@ -66,7 +69,7 @@ pub fn render(s: &Snapshot) -> String {
         let _ = writeln!(
             out,
             "revnat  {id} {}",
-            SocketAddr::new(super::ip_addr(r.addr), u16::from_be(r.port))
+            SocketAddr::new(IpAddr::from(r.addr), u16::from_be(r.port))
         );
     }
     out
@@ -76,7 +79,7 @@ fn frontend(addr: Addr, port: u16, proto: u8) -> String {
     let proto = Protocol::from_ip_proto(proto).map_or_else(|| proto.to_string(), |p| p.to_string());
     format!(
         "{}/{proto}",
-        SocketAddr::new(super::ip_addr(addr), u16::from_be(port))
+        SocketAddr::new(IpAddr::from(addr), u16::from_be(port))
     )
 }
 

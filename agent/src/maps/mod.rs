@@ -5,7 +5,7 @@ pub mod dump;
 pub mod fake;
 pub mod pinned;
 
-use std::net::{IpAddr, Ipv6Addr};
+use std::net::IpAddr;
 use std::{collections::BTreeMap, fmt, io};
 
 use weir_abi::{Addr, Backend, RevNat, ServiceKey, ServiceValue, SrcRangeKey};
@@ -121,7 +121,7 @@ impl SrcRange {
             key: SrcRangeKey {
                 // Network order: the trie matches bytes from the first.
                 rev_nat_id: rev_nat_id.to_be(),
-                addr: abi_addr(cidr.addr()),
+                addr: Addr::from(cidr.addr()),
             },
         }
     }
@@ -133,7 +133,7 @@ impl SrcRange {
     /// The range, or `None` for an entry no agent writes (a prefix that ends
     /// inside the rev-NAT id or inside `::ffff:` of an IPv4 address).
     pub fn cidr(&self) -> Option<Cidr> {
-        let addr = ip_addr(self.key.addr);
+        let addr = IpAddr::from(self.key.addr);
         let bits = self.prefix_len.checked_sub(32)?;
         let prefix = match addr {
             IpAddr::V4(_) => bits.checked_sub(96)?,
@@ -170,27 +170,6 @@ pub trait LbMaps {
     fn capacity(&self) -> Capacity;
 }
 
-/// An address as the maps hold it: the 16 bytes of `in6_addr` in memory order,
-/// IPv4 as `::ffff:a.b.c.d` (see [`weir_abi::Addr`]).
-pub fn abi_addr(addr: IpAddr) -> Addr {
-    let v6 = match addr {
-        IpAddr::V4(v4) => v4.to_ipv6_mapped(),
-        IpAddr::V6(v6) => v6,
-    };
-    let o = v6.octets();
-    let word = |i: usize| u32::from_ne_bytes([o[i], o[i + 1], o[i + 2], o[i + 3]]);
-    Addr([word(0), word(4), word(8), word(12)])
-}
-
-/// The inverse of [`abi_addr`]: mapped addresses come back as IPv4.
-pub fn ip_addr(addr: Addr) -> IpAddr {
-    let mut o = [0u8; 16];
-    for (i, w) in addr.0.iter().enumerate() {
-        o[i * 4..i * 4 + 4].copy_from_slice(&w.to_ne_bytes());
-    }
-    Ipv6Addr::from(o).to_canonical()
-}
-
 #[cfg(test)]
 mod addr_tests {
     use std::net::Ipv4Addr;
@@ -200,13 +179,13 @@ mod addr_tests {
     #[test]
     fn v4_is_mapped_and_round_trips() {
         let v4 = IpAddr::V4(Ipv4Addr::new(10, 96, 0, 1));
-        let a = abi_addr(v4);
+        let a = Addr::from(v4);
         assert!(a.is_v4());
         assert_eq!(a.v4(), u32::from_ne_bytes([10, 96, 0, 1]));
-        assert_eq!(ip_addr(a), v4);
+        assert_eq!(IpAddr::from(a), v4);
         let v6: IpAddr = "fd00::1".parse().unwrap();
-        assert!(!abi_addr(v6).is_v4());
-        assert_eq!(ip_addr(abi_addr(v6)), v6);
+        assert!(!Addr::from(v6).is_v4());
+        assert_eq!(IpAddr::from(Addr::from(v6)), v6);
     }
 
     #[test]

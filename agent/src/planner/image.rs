@@ -68,7 +68,7 @@ impl FrontendImage {
         let mut image = Self {
             rev_nat_id,
             revnat: RevNat {
-                addr: be_addr(fe.addr),
+                addr: Addr::from(fe.addr),
                 port: fe.port.to_be(),
                 _pad: [0; 2],
             },
@@ -77,7 +77,7 @@ impl FrontendImage {
         let (mut count, mut qcount) = (0u16, 0u16);
         for b in ordered {
             let value = Backend {
-                addr: be_addr(b.addr),
+                addr: Addr::from(b.addr),
                 port: b.port.to_be(),
                 proto,
                 state: match b.state {
@@ -151,7 +151,7 @@ impl FrontendImage {
 
 pub fn service_key(fe: Frontend, slot: u16) -> ServiceKey {
     ServiceKey {
-        addr: be_addr(fe.addr),
+        addr: Addr::from(fe.addr),
         port: fe.port.to_be(),
         slot,
         proto: fe.proto.ip_proto(),
@@ -159,9 +159,4 @@ pub fn service_key(fe: Frontend, slot: u16) -> ServiceKey {
         scope: fe.scope.abi(),
         _pad: [0; 2],
     }
-}
-
-/// An address as the maps hold it (IPv4 mapped into IPv6).
-pub fn be_addr(addr: std::net::IpAddr) -> Addr {
-    crate::maps::abi_addr(addr)
 }

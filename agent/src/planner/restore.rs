@@ -1,6 +1,9 @@
 //! Rebuilding the planner's view from pinned maps after a restart, so the first
 //! sync rewrites only what changed while the agent was away.
-use std::collections::{BTreeMap, BTreeSet};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    net::IpAddr,
+};
 
 use super::{FrontendImage, Ids};
 use crate::{
@@ -34,7 +37,7 @@ pub fn restore(s: &Snapshot) -> Restored {
             continue;
         };
         let fe = Frontend {
-            addr: crate::maps::ip_addr(k.addr),
+            addr: IpAddr::from(k.addr),
             port: u16::from_be(k.port),
             proto,
             scope,

@@ -8,7 +8,7 @@ use std::{
     path::PathBuf,
 };
 
-use weir_abi::{RevNat, ServiceKey, ServiceValue};
+use weir_abi::{Addr, RevNat, ServiceKey, ServiceValue};
 
 use super::*;
 use crate::{
@@ -190,7 +190,7 @@ fn cidr_of(r: &crate::maps::SrcRange) -> String {
 
 fn frontend_of(k: &ServiceKey) -> Frontend {
     Frontend {
-        addr: crate::maps::ip_addr(k.addr),
+        addr: IpAddr::from(k.addr),
         port: u16::from_be(k.port),
         proto: Protocol::from_ip_proto(k.proto).expect("known protocol"),
         scope: crate::model::Scope::from_abi(k.scope).expect("known scope"),
@@ -320,7 +320,7 @@ fn golden_remove_backend_frees_its_id_for_the_next_plan() {
     t.record("add 10.0.0.9: reuses backend id 2", &p, &w.maps);
     assert_eq!(short(&p.ops), ["B+2", "S+3", "M+"]);
     let b = w.maps.state.backends[&2];
-    assert_eq!(crate::maps::ip_addr(b.addr), IpAddr::from([10, 0, 0, 9]));
+    assert_eq!(IpAddr::from(b.addr), IpAddr::from([10, 0, 0, 9]));
     check_golden("remove_backend_reuse_id", &t.0);
 }
 
@@ -462,7 +462,7 @@ fn restore_keeps_draining_backends_of_restored_frontends_only() {
     let gone = w.images[&web()]
         .backends
         .iter()
-        .find(|(_, b)| b.addr == crate::maps::abi_addr(IpAddr::from([10, 0, 0, 3])))
+        .find(|(_, b)| b.addr == Addr::from(IpAddr::from([10, 0, 0, 3])))
         .map(|(&id, _)| id)
         .unwrap();
     assert_eq!(p.ops, [MapOp::DeleteBackend(gone)]);
@@ -527,7 +527,7 @@ fn build_reuses_ids_and_reports_only_new_allocations() {
     assert_eq!(
         first.revnat,
         RevNat {
-            addr: crate::maps::abi_addr(IpAddr::from([10, 96, 0, 10])),
+            addr: Addr::from(IpAddr::from([10, 96, 0, 10])),
             port: 80u16.to_be(),
             _pad: [0; 2],
         }

@@ -636,7 +636,7 @@ fn assert_never_torn(start: &FakeMaps, ops: &[MapOp], inside: &[u8]) {
                 "after write {i} ({op:?}): {out:?}"
             );
             let b = m.connect(key, roll).unwrap().unwrap();
-            let host = crate::maps::ip_addr(b.addr).to_string();
+            let host = IpAddr::from(b.addr).to_string();
             assert!(
                 inside.iter().any(|h| host == format!("10.5.0.{h}")),
                 "after write {i}: inside client reached {host}"
@@ -757,7 +757,7 @@ fn draining_backends_survive_a_restart_and_a_failed_sync_rolls_them_back() {
         .values()
         .find(|b| b.state == weir_abi::BACKEND_STATE_DRAINING)
         .expect("a draining backend");
-    assert_eq!(crate::maps::ip_addr(b.addr), IpAddr::from([10, 0, 0, 2]));
+    assert_eq!(IpAddr::from(b.addr), IpAddr::from([10, 0, 0, 2]));
     assert_eq!(drained.backends.len(), 3);
     assert_eq!(
         drained.services[&service_key(web, 0)].count,

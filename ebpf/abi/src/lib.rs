@@ -157,6 +157,33 @@ impl Addr {
     }
 }
 
+/// An address as the maps hold it: IPv4 becomes `::ffff:a.b.c.d`. Userspace
+/// only; one conversion for the agent and the test tools that read its maps.
+#[cfg(feature = "user")]
+impl From<core::net::IpAddr> for Addr {
+    fn from(addr: core::net::IpAddr) -> Self {
+        let v6 = match addr {
+            core::net::IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+            core::net::IpAddr::V6(v6) => v6,
+        };
+        let o = v6.octets();
+        let word = |i: usize| u32::from_ne_bytes([o[i], o[i + 1], o[i + 2], o[i + 3]]);
+        Self([word(0), word(4), word(8), word(12)])
+    }
+}
+
+/// The inverse: mapped addresses come back as IPv4.
+#[cfg(feature = "user")]
+impl From<Addr> for core::net::IpAddr {
+    fn from(addr: Addr) -> Self {
+        let mut o = [0u8; 16];
+        for (i, w) in addr.0.iter().enumerate() {
+            o[i * 4..i * 4 + 4].copy_from_slice(&w.to_ne_bytes());
+        }
+        core::net::Ipv6Addr::from(o).to_canonical()
+    }
+}
+
 /// Key of the services map.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -285,6 +312,31 @@ pub struct CtKey {
     pub dir: u8,
     /// Always zero.
     pub _pad: [u8; 2],
+}
+
+impl CtKey {
+    /// The key of the other entry of this entry's flow, derived from its value
+    /// `v`. The two directions are symmetric: a forward value rewrites towards
+    /// the backend from the (SNAT or client) source, which is exactly the
+    /// reply's tuple reversed; a reply value rewrites towards the client from
+    /// the frontend, the forward tuple reversed. One definition for the
+    /// datapath and the agent's collector, which must agree on it.
+    #[inline(always)]
+    pub const fn peer(&self, v: &CtValue) -> CtKey {
+        CtKey {
+            saddr: v.nat_daddr,
+            daddr: v.nat_saddr,
+            sport: v.nat_dport,
+            dport: v.nat_sport,
+            proto: self.proto,
+            dir: if self.dir == CT_DIR_FORWARD {
+                CT_DIR_REPLY
+            } else {
+                CT_DIR_FORWARD
+            },
+            _pad: [0; 2],
+        }
+    }
 }
 
 /// [`CtValue::flags`]: the forward direction rewrote the source (SNAT).

@@ -159,10 +159,7 @@ fn a_frontend_never_gets_a_backend_of_the_other_family() {
     let m = w.master(v6);
     assert_eq!((m.count, m.qcount), (1, 0));
     let id = w.maps.state.services[&service_key(v6, 1)].backend_id;
-    assert_eq!(
-        crate::maps::ip_addr(w.maps.state.backends[&id].addr),
-        ip("fd00::1")
-    );
+    assert_eq!(IpAddr::from(w.maps.state.backends[&id].addr), ip("fd00::1"));
     assert!(dump::render(&w.maps.state).contains("svc     [fd00::10]:80/TCP slot=1"));
 }
 

@@ -59,7 +59,7 @@ fn random_backends(rng: &mut XorShift, net: u8) -> Vec<Backend> {
 type Endpoint = (IpAddr, u16);
 
 fn endpoint(b: &AbiBackend) -> Endpoint {
-    (crate::maps::ip_addr(b.addr), u16::from_be(b.port))
+    (IpAddr::from(b.addr), u16::from_be(b.port))
 }
 
 fn endpoints<'a>(bs: impl IntoIterator<Item = &'a Backend>) -> BTreeSet<Endpoint> {

@@ -5,7 +5,7 @@
 //! Each flow has two entries in its protocol's CT map: FORWARD, keyed by the
 //! client's tuple as it arrives, and REPLY, keyed by the backend's answer as
 //! it arrives. Each entry's key and value give its peer's key (see
-//! [`peer_key`]), which is how the agent's collector removes pairs.
+//! [`CtKey::peer`]), which is how the agent's collector removes pairs.
 // Map keys and values go by reference on purpose: by value they would be
 // copied onto the 512-byte stack first.
 #![allow(clippy::needless_borrows_for_generic_args)]
@@ -100,7 +100,7 @@ pub fn handle<P: Pkt, const V6: bool>(
         // The tuple now belongs to a connection this node does not
         // translate (or a new one of ours): drop the old flow and look the
         // packet up as any other.
-        let peer = peer_key(&key, v);
+        let peer = key.peer(v);
         if entry_points_to(ct, &peer, &key) == Some(true) {
             let _ = ct.remove(&peer);
         }
@@ -144,7 +144,7 @@ pub fn handle<P: Pkt, const V6: bool>(
         }
         // Free the old reply tuple so that the new flow may take it again,
         // unless another flow owns that tuple by now.
-        let peer = peer_key(&key, v);
+        let peer = key.peer(v);
         if entry_points_to(ct, &peer, &key) == Some(true) {
             let _ = ct.remove(&peer);
         }
@@ -169,7 +169,7 @@ fn stale_reply(ct: &CtMap, key: &CtKey, v: &CtValue, h: &Hdr, now: u32) -> bool 
     if h.proto == PROTO_TCP && h.tcp_flags & TCP_SYN != 0 && v.tcp_state != CT_TCP_SYN_SENT {
         return true;
     }
-    v.expires < now && entry_points_to(ct, &peer_key(key, v), key) != Some(true)
+    v.expires < now && entry_points_to(ct, &key.peer(v), key) != Some(true)
 }
 
 /// Makes room for a new flow's REPLY entry at `rkey` (the client's own
@@ -192,7 +192,7 @@ pub fn reply_tuple_free(ct: &CtMap, rkey: &CtKey, fwd_key: &CtKey, now: u32) -> 
     if points_to(o, fwd_key) {
         return true;
     }
-    let peer = peer_key(rkey, o);
+    let peer = rkey.peer(o);
     let theirs = match ct.get_ptr(&peer) {
         // SAFETY: the pointer comes from a successful lookup; plain integers.
         Some(f) => {
@@ -211,24 +211,6 @@ pub fn reply_tuple_free(ct: &CtMap, rkey: &CtKey, fwd_key: &CtKey, now: u32) -> 
         let _ = ct.remove(&peer);
     }
     true
-}
-
-/// The key of the other entry of the flow that `(key, v)` belongs to.
-#[inline(always)]
-pub fn peer_key(key: &CtKey, v: &CtValue) -> CtKey {
-    CtKey {
-        saddr: v.nat_daddr,
-        daddr: v.nat_saddr,
-        sport: v.nat_dport,
-        dport: v.nat_sport,
-        proto: key.proto,
-        dir: if key.dir == CT_DIR_FORWARD {
-            CT_DIR_REPLY
-        } else {
-            CT_DIR_FORWARD
-        },
-        _pad: [0; 2],
-    }
 }
 
 /// Whether entry value `v` names `key` as its peer, i.e. belongs to the same
@@ -266,7 +248,7 @@ fn restore_reply(
     // SAFETY: see `run_family`; fields disjoint from `h`, unused by the caller
     // until `new_flow` rewrites them.
     let (rkey, rval) = unsafe { (&mut (*scratch).rkey, &mut (*scratch).val) };
-    *rkey = peer_key(key, v);
+    *rkey = key.peer(v);
     *rval = CtValue {
         nat_daddr: key.saddr,
         nat_saddr: key.daddr,
@@ -422,7 +404,7 @@ fn refresh(ct: &CtMap, key: &CtKey, v: &mut CtValue, h: &Hdr, cfg: &Config, now:
     // of both directions must meet on both entries.
     // Only while the peer is still this flow's: another flow may own that
     // tuple by now.
-    let peer = peer_key(key, v);
+    let peer = key.peer(v);
     if let Some(p) = ct.get_ptr_mut(&peer)
         // SAFETY: the pointer comes from a successful lookup.
         && points_to(unsafe { &*p }, key)

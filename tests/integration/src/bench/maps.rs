@@ -24,7 +24,7 @@ impl ServicesMap {
     /// Active backends of the TCP frontend `vip:port`, if it exists.
     pub fn count(&self, vip: impl Into<IpAddr>, port: u16) -> Option<u16> {
         let key = ServiceKey {
-            addr: abi_addr(vip.into()),
+            addr: Addr::from(vip.into()),
             port: port.to_be(),
             slot: 0,
             proto: PROTO_TCP,
@@ -54,16 +54,4 @@ impl ServicesMap {
             std::thread::sleep(Duration::from_micros(20));
         }
     }
-}
-
-/// An address as the maps hold it: `in6_addr` bytes, IPv4 as `::ffff:a.b.c.d`
-/// (the agent's `maps::abi_addr`; this crate does not link the agent).
-fn abi_addr(addr: IpAddr) -> Addr {
-    let v6 = match addr {
-        IpAddr::V4(v4) => v4.to_ipv6_mapped(),
-        IpAddr::V6(v6) => v6,
-    };
-    let o = v6.octets();
-    let word = |i: usize| u32::from_ne_bytes([o[i], o[i + 1], o[i + 2], o[i + 3]]);
-    Addr([word(0), word(4), word(8), word(12)])
 }
