@@ -129,7 +129,7 @@ pub fn run() -> Result<()> {
         manifests.join("web-slice.yaml"),
         manifest::slice("web-1", "web", &[(pod_ip, manifest::READY)]),
     )?;
-    let pins = bpffs.dir.join("weir");
+    let pins = bpffs.pin_dir();
     let agent = Agent::start_with(&manifests, &cgroup.path, &pins, work.join("agent.log"), &[])?;
     println!(
         "    agent pid {}, cgroup {}, pins under {}",

@@ -34,7 +34,8 @@ pub use self::agent::PacketAgent;
 use crate::{
     bin,
     topology::{
-        Bpffs, Cgroup, ChildGuard, DIR_PREFIX, NETNS_PREFIX, Netns, cgroup2_root, spawn_ready, veth,
+        Bpffs, Cgroup, ChildGuard, DIR_PREFIX, NETNS_PREFIX, Netns, cgroup2_root,
+        remove_manifest_in, spawn_ready, veth, write_manifest_in,
     },
 };
 
@@ -365,20 +366,16 @@ impl PacketTopology {
         ))
     }
 
-    /// Writes a manifest atomically: a dotfile the agent ignores, renamed in place.
     pub fn write_manifest(&self, file: &str, content: &str) -> Result<()> {
-        let tmp = self.manifests.join(format!(".{file}.tmp"));
-        std::fs::write(&tmp, content)?;
-        std::fs::rename(&tmp, self.manifests.join(file))?;
-        Ok(())
+        write_manifest_in(&self.manifests, file, content)
     }
 
     pub fn remove_manifest(&self, file: &str) -> Result<()> {
-        Ok(std::fs::remove_file(self.manifests.join(file))?)
+        remove_manifest_in(&self.manifests, file)
     }
 
     pub fn pin_dir(&self) -> PathBuf {
-        self.bpffs.dir.join("weir")
+        self.bpffs.pin_dir()
     }
 
     /// The node's addresses on its devices, as the agent should find them.

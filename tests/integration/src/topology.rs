@@ -136,20 +136,16 @@ impl Topology {
         Probe::parse(&out)
     }
 
-    /// Writes a manifest atomically: a dotfile the agent ignores, renamed in place.
     pub fn write_manifest(&self, file: &str, content: &str) -> Result<()> {
-        let tmp = self.manifests.join(format!(".{file}.tmp"));
-        std::fs::write(&tmp, content)?;
-        std::fs::rename(&tmp, self.manifests.join(file))?;
-        Ok(())
+        write_manifest_in(&self.manifests, file, content)
     }
 
     pub fn remove_manifest(&self, file: &str) -> Result<()> {
-        Ok(std::fs::remove_file(self.manifests.join(file))?)
+        remove_manifest_in(&self.manifests, file)
     }
 
     pub fn pin_dir(&self) -> PathBuf {
-        self.bpffs.dir.join("weir")
+        self.bpffs.pin_dir()
     }
 }
 
@@ -316,6 +312,24 @@ impl Bpffs {
         run(Command::new("mount").args(["-t", "bpf", "bpf"]).arg(&dir))?;
         Ok(Self { dir })
     }
+
+    /// Where the agent under test pins its maps and links.
+    pub fn pin_dir(&self) -> PathBuf {
+        self.dir.join("weir")
+    }
+}
+
+/// Writes a manifest into the agent's manifest directory `dir` atomically: a
+/// dotfile the agent ignores, renamed in place.
+pub fn write_manifest_in(dir: &Path, file: &str, content: &str) -> Result<()> {
+    let tmp = dir.join(format!(".{file}.tmp"));
+    std::fs::write(&tmp, content)?;
+    std::fs::rename(&tmp, dir.join(file))?;
+    Ok(())
+}
+
+pub fn remove_manifest_in(dir: &Path, file: &str) -> Result<()> {
+    Ok(std::fs::remove_file(dir.join(file))?)
 }
 
 impl Drop for Bpffs {

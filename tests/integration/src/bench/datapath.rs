@@ -436,7 +436,7 @@ fn program(c: &mut Contender, svcs: &[Svc], opts: &DatapathOptions) -> Result<Op
             let m = svcs.iter().map(|s| s.endpoints.len() + 1).sum::<usize>() + 1024;
             let b = svcs.iter().map(|s| s.endpoints.len()).sum::<usize>() + 1024;
             let (max_s, max_b) = (m.to_string(), b.to_string());
-            let pins = w.bpffs.dir.join("weir");
+            let pins = w.bpffs.pin_dir();
             let log = w
                 .bpffs
                 .dir
@@ -517,7 +517,7 @@ fn kill_netns_processes(netns: &str) {
 fn cleanup_weir(w: &WeirState) -> Result<()> {
     let out = Command::new(bin("weir-agent"))
         .args(["cleanup", "--bpffs"])
-        .arg(w.bpffs.dir.join("weir"))
+        .arg(w.bpffs.pin_dir())
         .output()?;
     if !out.status.success() {
         bail!(
@@ -600,7 +600,7 @@ fn update(c: &mut Contender, svcs: &[Svc], round: u32) -> Result<Option<Duration
         Kind::WeirSocket | Kind::WeirTc => {}
     }
     let w = c.weir.as_ref().context("weir state")?;
-    let map = ServicesMap::open(&w.bpffs.dir.join("weir"))?;
+    let map = ServicesMap::open(&w.bpffs.pin_dir())?;
     let mut text = String::new();
     manifest_text(&mut text, new, &new.endpoints);
     let file = w.manifests.join(format!("svc-{idx:06}.yaml"));

@@ -112,7 +112,7 @@ pub fn run(opts: &ScaleOptions) -> Result<(Vec<Record>, Vec<String>)> {
         started.elapsed().as_secs_f64()
     ));
     let bpffs = Bpffs::mount(work.path.join("bpf"))?;
-    let pins = bpffs.dir.join("weir");
+    let pins = bpffs.pin_dir();
     let cgroup = Cgroup::create(cgroup2_root()?.join(&work.name))?;
 
     // Room for the endpoints the changes add, and hash-map headroom.
