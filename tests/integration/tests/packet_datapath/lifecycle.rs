@@ -55,6 +55,29 @@ fn named(name: &str) -> Result<Pod> {
     Pod::named(name).with_context(|| format!("unknown backend {name:?}"))
 }
 
+/// Opens `n` new connections from outside to `ip:port` and checks that every
+/// one reached `avoided`'s other pod, never `avoided` (`why`: "terminating"
+/// or "removed", for the message).
+fn new_flows_avoid(
+    topo: &PacketTopology,
+    ip: &str,
+    port: u16,
+    n: usize,
+    avoided: Pod,
+    why: &str,
+) -> Result<()> {
+    for i in 0..n {
+        let (name, _) = who(topo, Ns::Client, ip, port)?;
+        assert_eq!(
+            name,
+            avoided.other().name,
+            "{ip}:{port} new flow {i} reached {why} {}",
+            avoided.name
+        );
+    }
+    Ok(())
+}
+
 /// A slow download: `LINES` lines, one every 100 ms, through `url`.
 struct Stream {
     child: ChildGuard,
@@ -167,15 +190,7 @@ fn streams_survive_terminating_and_new_flows_avoid_terminating_and_removed_backe
     // New flows go to the other backend only.
     for (v6, g) in [(false, gone[0]), (true, gone[1])] {
         for (ip, port) in tcp_frontends(v6) {
-            for i in 0..15 {
-                let (name, _) = who(&topo, Ns::Client, ip, port)?;
-                assert_eq!(
-                    name,
-                    g.other().name,
-                    "{ip}:{port} new flow {i} went to terminating {}",
-                    g.name
-                );
-            }
+            new_flows_avoid(&topo, ip, port, 15, g, "terminating")?;
         }
     }
     // ...while the streams that began before keep their backends to the end.
@@ -204,15 +219,7 @@ fn streams_survive_terminating_and_new_flows_avoid_terminating_and_removed_backe
     for (v6, g) in [(false, gone[0]), (true, gone[1])] {
         for (ip, port) in tcp_frontends(v6) {
             wait_backends(&agent, ip, port, "TCP", &[(g.other().addr(v6), "active")])?;
-            for i in 0..30 {
-                let (name, _) = who(&topo, Ns::Client, ip, port)?;
-                assert_eq!(
-                    name,
-                    g.other().name,
-                    "{ip}:{port} new flow {i} reached removed {}",
-                    g.name
-                );
-            }
+            new_flows_avoid(&topo, ip, port, 30, g, "removed")?;
         }
     }
     for (ip, port, g) in [(NODE_EXT4, NP_DNS, gone[0]), (LB6, DNS_PORT, gone[1])] {
