@@ -9,15 +9,15 @@
 //! listed can be found and detached.
 use std::{
     io,
-    os::fd::{AsFd, BorrowedFd},
+    os::fd::{AsFd, BorrowedFd, OwnedFd},
     path::Path,
 };
 
 use aya::{
     Ebpf,
     programs::{
-        LinkOrder, ProgramError, SchedClassifier, TcAttachType, Xdp, links::FdLink,
-        tc::TcAttachOptions,
+        LinkOrder, Program, ProgramError, ProgramFd, SchedClassifier, TcAttachType, Xdp,
+        links::FdLink, tc::TcAttachOptions,
     },
 };
 use aya_obj::generated::bpf_attach_type;
@@ -51,16 +51,7 @@ pub(super) fn attach_tc_one(
 ) -> Result<(), LoadError> {
     let kind = DevLink::Tc;
     let name = kind.program();
-    let prog: &mut SchedClassifier = ebpf
-        .program_mut(name)
-        .ok_or(LoadError::MissingProgram { name })?
-        .try_into()
-        .map_err(|source| LoadError::Program { name, source })?;
-    if prog.fd().is_err() {
-        prog.load()
-            .map_err(|source| LoadError::Program { name, source })?;
-    }
-    let prog_fd = prog_fd(prog.fd(), name)?;
+    let (prog, prog_fd) = loaded(ebpf, name, SchedClassifier::load, SchedClassifier::fd)?;
     install(pins, kind, dev, prog_fd.as_fd(), ifindex, |staging| {
         let attach_err = |source: ProgramError| LoadError::TcAttach {
             device: dev.to_owned(),
@@ -91,16 +82,7 @@ pub(super) fn attach_xdp_one(
 ) -> Result<(), LoadError> {
     let kind = DevLink::Xdp;
     let name = kind.program();
-    let prog: &mut Xdp = ebpf
-        .program_mut(name)
-        .ok_or(LoadError::MissingProgram { name })?
-        .try_into()
-        .map_err(|source| LoadError::Program { name, source })?;
-    if prog.fd().is_err() {
-        prog.load()
-            .map_err(|source| LoadError::Program { name, source })?;
-    }
-    let prog_fd = prog_fd(prog.fd(), name)?;
+    let (_, prog_fd) = loaded(ebpf, name, Xdp::load, Xdp::fd)?;
     install(pins, kind, dev, prog_fd.as_fd(), ifindex, |staging| {
         // Not aya's Xdp::attach: on EINVAL it falls back to a netlink
         // attachment, which cannot be pinned and so would outlive this
@@ -210,17 +192,32 @@ pub(super) fn detach_and_unpin(path: &Path) -> io::Result<bool> {
     }
 }
 
-fn prog_fd(
-    fd: Result<&aya::programs::ProgramFd, ProgramError>,
+/// Program `name` as its type `P`, loaded into the kernel the first time it
+/// is asked for (one load serves every device), and a copy of its fd.
+fn loaded<'e, P>(
+    ebpf: &'e mut Ebpf,
     name: &'static str,
-) -> Result<std::os::fd::OwnedFd, LoadError> {
-    fd.map_err(|source| LoadError::Program { name, source })?
+    load: impl FnOnce(&mut P) -> Result<(), ProgramError>,
+    fd: impl Fn(&P) -> Result<&ProgramFd, ProgramError>,
+) -> Result<(&'e mut P, OwnedFd), LoadError>
+where
+    &'e mut P: TryFrom<&'e mut Program, Error = ProgramError>,
+{
+    let err = |source| LoadError::Program { name, source };
+    let prog: &mut P = ebpf
+        .program_mut(name)
+        .ok_or(LoadError::MissingProgram { name })?
+        .try_into()
+        .map_err(err)?;
+    if fd(prog).is_err() {
+        load(prog).map_err(err)?;
+    }
+    let owned = fd(prog)
+        .map_err(err)?
         .as_fd()
         .try_clone_to_owned()
-        .map_err(|source| LoadError::Program {
-            name,
-            source: ProgramError::IOError(source),
-        })
+        .map_err(|e| err(ProgramError::IOError(e)))?;
+    Ok((prog, owned))
 }
 
 fn dev_err(kind: DevLink, dev: &str, source: io::Error) -> LoadError {
