@@ -1,6 +1,7 @@
 use std::{
     fs::OpenOptions,
     net::{IpAddr, SocketAddr, TcpListener},
+    path::PathBuf,
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
@@ -12,9 +13,8 @@ use crate::{bin, topology::Topology};
 
 /// A running `weir-agent` on a topology. Killed on drop.
 pub struct Agent {
-    child: Option<Child>,
+    process: AgentProcess,
     args: Vec<String>,
-    log: std::path::PathBuf,
     pin_dir: std::path::PathBuf,
     /// Where it serves /metrics and /healthz: free loopback ports picked per
     /// agent, so agents never collide on kube-proxy's fixed ports.
@@ -137,9 +137,8 @@ impl Agent {
         }
         args.extend(extra.iter().map(|s| (*s).to_owned()));
         let mut agent = Self {
-            child: None,
+            process: AgentProcess::new(log),
             args,
-            log,
             pin_dir: pin_dir.to_path_buf(),
             metrics_addr,
             healthz_addr,
@@ -182,59 +181,31 @@ impl Agent {
 
     /// Waits until the agent logs `needle` after byte `from` of its log.
     pub fn wait_for_log(&mut self, from: usize, needle: &str, timeout: Duration) -> Result<()> {
-        let deadline = Instant::now() + timeout;
-        while Instant::now() < deadline {
-            if self.log_text().get(from..).unwrap_or("").contains(needle) {
-                return Ok(());
-            }
-            if let Some(status) = self
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
-                bail!(
-                    "weir-agent exited with {status}:\n{}",
-                    self.log_text().get(from..).unwrap_or("")
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        bail!(
-            "weir-agent did not log {needle:?} within {timeout:?}:\n{}",
-            self.log_text().get(from..).unwrap_or("")
-        )
+        self.process.wait_for_log(from, needle, timeout)
     }
 
     fn spawn_only(&mut self) -> Result<()> {
         let mut cmd = agent_command(None);
         cmd.args(&self.args);
-        self.child = Some(spawn_agent(cmd, &self.log)?);
-        Ok(())
+        self.process.launch(cmd)
     }
 
     /// Everything the agent (and its predecessors on this topology) logged.
     pub fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        self.process.log_text()
     }
 
     pub fn is_running(&mut self) -> bool {
-        self.child
-            .as_mut()
-            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+        self.process.is_running()
     }
 
     pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
+        self.process.pid()
     }
 
     /// Stops the agent with `signal` and waits for it to exit.
     pub fn stop(&mut self, signal: i32) -> Result<()> {
-        if let Some(mut c) = self.child.take() {
-            // SAFETY: kill has no memory-safety preconditions.
-            unsafe { libc::kill(i32::try_from(c.id())?, signal) };
-            c.wait()?;
-        }
-        Ok(())
+        self.process.stop(signal)
     }
 
     /// A graceful stop followed by a fresh start, as a rolling upgrade does.
@@ -267,15 +238,6 @@ impl Agent {
                 );
             }
             std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
         }
     }
 }
@@ -347,4 +309,96 @@ pub fn spawn_agent(mut cmd: Command, log: &std::path::Path) -> Result<Child> {
         .stderr(log)
         .spawn()
         .context("starting weir-agent (build it: cargo build -p weir-agent)")
+}
+
+/// A `weir-agent` process and the log it appends to, shared by the socket,
+/// packet and bench harnesses. Killed on drop (and by the kernel if the test
+/// process dies first, see [`spawn_agent`]).
+pub struct AgentProcess {
+    child: Option<Child>,
+    pub log: PathBuf,
+}
+
+impl AgentProcess {
+    /// Not running yet; [`Self::launch`] starts it.
+    pub fn new(log: PathBuf) -> Self {
+        Self { child: None, log }
+    }
+
+    /// Starts `cmd` (from [`agent_command`], arguments added).
+    pub fn launch(&mut self, cmd: Command) -> Result<()> {
+        self.child = Some(spawn_agent(cmd, &self.log)?);
+        Ok(())
+    }
+
+    /// Everything logged to this process's log file, by it and by earlier
+    /// agents that appended to the same file.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits until the agent logs `needle` after byte `from` of its log.
+    pub fn wait_for_log(&mut self, from: usize, needle: &str, timeout: Duration) -> Result<()> {
+        self.wait_for_log_line(from, &[needle], timeout)
+    }
+
+    /// Waits until one line after byte `from` contains every one of
+    /// `needles`; fails early if the agent exits.
+    pub fn wait_for_log_line(
+        &mut self,
+        from: usize,
+        needles: &[&str],
+        timeout: Duration,
+    ) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let text = self.log_text();
+            let tail = text.get(from..).unwrap_or("");
+            if tail.lines().any(|l| needles.iter().all(|n| l.contains(n))) {
+                return Ok(());
+            }
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                bail!("weir-agent exited with {status}:\n{tail}");
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "weir-agent logged no line with all of {needles:?} within {timeout:?}:\n{tail}"
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Stops the agent with `signal` and waits for it to exit.
+    pub fn stop(&mut self, signal: i32) -> Result<()> {
+        if let Some(mut c) = self.child.take() {
+            // SAFETY: kill has no memory-safety preconditions.
+            unsafe { libc::kill(i32::try_from(c.id())?, signal) };
+            c.wait()?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for AgentProcess {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
 }

@@ -12,15 +12,15 @@
 use std::{
     net::Ipv4Addr,
     path::{Path, PathBuf},
-    process::{Child, Command},
+    process::Command,
     sync::atomic::{AtomicU32, Ordering},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 
 use crate::{
-    agent::{agent_command, spawn_agent},
+    agent::{AgentProcess, agent_command},
     bin,
     topology::{
         Cgroup, ChildGuard, DIR_PREFIX, NETNS_PREFIX, Netns, cgroup2_root, spawn_ready, veth,
@@ -142,63 +142,15 @@ impl Lab {
         cmd.args(["--metrics-addr", "127.0.0.1:10249"])
             .args(["--healthz-addr", "127.0.0.1:10256"])
             .args(args);
-        let child = spawn_agent(cmd, log)?;
-        let mut agent = NodeAgent {
-            child: Some(child),
-            log: log.to_path_buf(),
-        };
-        let deadline = Instant::now() + timeout;
-        loop {
-            let text = std::fs::read_to_string(log).unwrap_or_default();
-            let tail = text.get(before..).unwrap_or("");
-            if tail.contains("initial sync complete") {
-                return Ok(agent);
-            }
-            if let Some(status) = agent
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
-                bail!("weir-agent exited with {status}:\n{tail}");
-            }
-            if Instant::now() > deadline {
-                bail!("weir-agent did not sync within {timeout:?}:\n{tail}");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let mut agent = NodeAgent::new(log.to_path_buf());
+        agent.launch(cmd)?;
+        agent.wait_for_log(before, "initial sync complete", timeout)?;
+        Ok(agent)
     }
 }
 
 /// A `weir-agent` in a lab's node namespace; killed on drop.
-pub struct NodeAgent {
-    child: Option<Child>,
-    pub log: PathBuf,
-}
-
-impl NodeAgent {
-    pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
-    }
-
-    /// Stops the agent with `signal` and waits for it to exit.
-    pub fn stop(&mut self, signal: i32) -> Result<()> {
-        if let Some(mut c) = self.child.take() {
-            // SAFETY: kill has no memory-safety preconditions.
-            unsafe { libc::kill(i32::try_from(c.id())?, signal) };
-            c.wait()?;
-        }
-        Ok(())
-    }
-}
-
-impl Drop for NodeAgent {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
+pub type NodeAgent = AgentProcess;
 
 impl Drop for Lab {
     fn drop(&mut self) {

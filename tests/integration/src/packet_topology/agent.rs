@@ -1,9 +1,8 @@
 //! `weir-agent` inside the topology's node namespace, on its devices.
 use std::{
-    net::IpAddr,
     path::{Path, PathBuf},
-    process::{Child, Command},
-    time::{Duration, Instant},
+    process::Command,
+    time::Duration,
 };
 
 use anyhow::{Context as _, Result, bail};
@@ -13,7 +12,7 @@ use weir_abi::{CtKey, CtValue, StatValue};
 
 use super::{DEVICES, NODE_NAME, PacketTopology};
 use crate::{
-    agent::{agent_command, spawn_agent},
+    agent::{AgentProcess, agent_command},
     bin,
 };
 
@@ -25,10 +24,9 @@ pub const HEALTHZ_ADDR: &str = "127.0.0.1:10256";
 /// A running agent in the node namespace. Killed on drop (and by the kernel if
 /// the test process dies first).
 pub struct PacketAgent {
-    child: Option<Child>,
+    process: AgentProcess,
     args: Vec<String>,
     netns: String,
-    pub log: PathBuf,
     pub pin_dir: PathBuf,
 }
 
@@ -76,10 +74,9 @@ impl PacketAgent {
                 .map(|s| (*s).to_owned()),
         );
         Self {
-            child: None,
+            process: AgentProcess::new(topo.dir.join("agent.log")),
             args,
             netns: topo.node.path(),
-            log: topo.dir.join("agent.log"),
             pin_dir: topo.pin_dir(),
         }
     }
@@ -93,18 +90,22 @@ impl PacketAgent {
     fn launch(&mut self) -> Result<()> {
         let mut cmd = agent_command(Some(&self.netns));
         cmd.args(&self.args);
-        self.child = Some(spawn_agent(cmd, &self.log)?);
-        Ok(())
+        self.process.launch(cmd)
+    }
+
+    /// The agent's log file.
+    pub fn log(&self) -> &Path {
+        &self.process.log
     }
 
     /// Everything the agent logged on this topology.
     pub fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        self.process.log_text()
     }
 
     /// Waits until the agent logs `needle` after byte `from` of its log.
     pub fn wait_for_log(&mut self, from: usize, needle: &str, timeout: Duration) -> Result<()> {
-        self.wait_for_log_line(from, &[needle], timeout)
+        self.process.wait_for_log(from, needle, timeout)
     }
 
     /// Waits until one line after byte `from` contains every one of `needles`.
@@ -114,43 +115,16 @@ impl PacketAgent {
         needles: &[&str],
         timeout: Duration,
     ) -> Result<()> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let text = self.log_text();
-            let tail = text.get(from..).unwrap_or("");
-            if tail.lines().any(|l| needles.iter().all(|n| l.contains(n))) {
-                return Ok(());
-            }
-            if let Some(status) = self
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
-                bail!("weir-agent exited with {status}:\n{tail}");
-            }
-            if Instant::now() > deadline {
-                bail!(
-                    "weir-agent logged no line with all of {needles:?} within {timeout:?}:\n{tail}"
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        self.process.wait_for_log_line(from, needles, timeout)
     }
 
     pub fn is_running(&mut self) -> bool {
-        self.child
-            .as_mut()
-            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+        self.process.is_running()
     }
 
     /// Stops the agent with `signal` and waits for it to exit.
     pub fn stop(&mut self, signal: i32) -> Result<()> {
-        if let Some(mut c) = self.child.take() {
-            // SAFETY: kill has no memory-safety preconditions.
-            unsafe { libc::kill(i32::try_from(c.id())?, signal) };
-            c.wait()?;
-        }
-        Ok(())
+        self.process.stop(signal)
     }
 
     /// `weir-agent inspect WHAT -o json --bpffs PIN` (read from the pinned maps).
@@ -234,15 +208,6 @@ impl PacketAgent {
     }
 }
 
-impl Drop for PacketAgent {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
 /// One row of `weir-agent inspect stats -o json`. Unknown or missing fields
 /// fail the parse: a change of the format must show up here, not as a
 /// counter silently read as missing.
@@ -284,24 +249,4 @@ pub fn parse_stats(v: serde_json::Value) -> Result<Vec<StatRow>> {
 pub fn find_stat<'a>(rows: &'a [StatRow], prog: &str, reason: &str) -> Option<&'a StatRow> {
     rows.iter()
         .find(|r| r.program == prog && r.reason == reason)
-}
-
-/// An address as the CT maps hold it.
-pub fn ct_addr(ip: IpAddr) -> weir_abi::Addr {
-    let v6 = match ip {
-        IpAddr::V4(v4) => v4.to_ipv6_mapped(),
-        IpAddr::V6(v6) => v6,
-    };
-    let b = v6.octets();
-    let w = |i: usize| u32::from_ne_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
-    weir_abi::Addr([w(0), w(4), w(8), w(12)])
-}
-
-/// The address a CT map holds, back in `IpAddr` form (IPv4 unmapped).
-pub fn ip_of(a: &weir_abi::Addr) -> IpAddr {
-    let mut b = [0u8; 16];
-    for (i, w) in a.0.iter().enumerate() {
-        b[i * 4..i * 4 + 4].copy_from_slice(&w.to_ne_bytes());
-    }
-    std::net::Ipv6Addr::from(b).to_canonical()
 }

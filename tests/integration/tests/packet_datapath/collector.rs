@@ -12,7 +12,6 @@ use anyhow::{Result, bail, ensure};
 use weir_abi::{CT_DIR_FORWARD, CT_DIR_REPLY, CtKey, CtValue};
 use weir_integration::packet_topology::{
     CLIENT4, CLIENT6, LPOD, NODE_EXT4, Ns, PacketAgent, PacketTopology, RPOD,
-    agent::ip_of,
     clients::{CurlOpts, target},
     manifests::{ECHO_PORT, Ep, READY},
 };
@@ -35,11 +34,13 @@ struct Flow {
 fn entries(ct: &[(CtKey, CtValue)], flow: Flow) -> (Option<CtValue>, Option<CtValue>) {
     let client: IpAddr = flow.client.parse().expect("valid");
     let fwd = ct.iter().find(|(k, _)| {
-        k.dir == CT_DIR_FORWARD && ip_of(&k.saddr) == client && u16::from_be(k.sport) == flow.port
+        k.dir == CT_DIR_FORWARD
+            && IpAddr::from(k.saddr) == client
+            && u16::from_be(k.sport) == flow.port
     });
     let reply = ct.iter().find(|(k, v)| {
         k.dir == CT_DIR_REPLY
-            && ip_of(&v.nat_daddr) == client
+            && IpAddr::from(v.nat_daddr) == client
             && u16::from_be(v.nat_dport) == flow.port
     });
     (fwd.map(|e| e.1), reply.map(|e| e.1))

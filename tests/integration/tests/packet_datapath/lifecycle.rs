@@ -5,6 +5,7 @@
 //! per family, so neither family's half can pass without being exercised.
 use std::{
     io::{BufRead as _, BufReader, Read as _},
+    net::IpAddr,
     process::{Child, Stdio},
 };
 
@@ -13,7 +14,6 @@ use weir_abi::{CT_DIR_FORWARD, PROTO_TCP};
 use weir_integration::{
     packet_topology::{
         CLIENT4, CLIENT6, LPOD, NODE_EXT4, NODE_EXT6, Ns, PacketAgent, PacketTopology, Pod, RPOD,
-        agent::ip_of,
         clients::target,
         manifests::{DNS_PORT, ECHO_PORT, Ep, HTTP_PORT, READY, Svc, TERMINATING},
     },
@@ -151,7 +151,7 @@ fn streams_survive_terminating_and_new_flows_avoid_terminating_and_removed_backe
         assert!(
             ct.iter().any(|(k, _)| k.proto == PROTO_TCP
                 && k.dir == CT_DIR_FORWARD
-                && ip_of(&k.saddr).to_string() == client),
+                && IpAddr::from(k.saddr).to_string() == client),
             "no forward TCP entry from {client} in {} entries",
             ct.len()
         );

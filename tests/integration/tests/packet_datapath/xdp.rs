@@ -1,12 +1,13 @@
 //! XDP acceleration: used when asked for (its counters rise and its flows are
 //! marked), and best-effort falls back to TC on a device without native XDP
 //! (a bridge), which then handles that device's traffic.
+use std::net::IpAddr;
+
 use anyhow::{Result, ensure};
 use weir_abi::{CT_DIR_FORWARD, CT_F_XDP, STAT_NEW_FLOW, STAT_PROG_TC_INGRESS, STAT_PROG_XDP};
 use weir_integration::packet_topology::{
     BRIDGE_CLIENT4, BRIDGE_CLIENT6, BRIDGE_NODE4, BRIDGE_NODE6, CLIENT4, CLIENT6, LPOD, NODE_EXT4,
     Ns, PacketAgent, PacketTopology, RPOD,
-    agent::ip_of,
     manifests::{Ep, READY, Svc},
 };
 
@@ -63,7 +64,7 @@ fn native_xdp_translates_new_flows_as_its_counters_show() -> Result<()> {
         assert!(
             ct.iter().any(|(k, v)| v.flags & CT_F_XDP != 0
                 && k.dir == CT_DIR_FORWARD
-                && ip_of(&k.saddr).to_string() == client),
+                && IpAddr::from(k.saddr).to_string() == client),
             "no XDP-made flow from {client} among {} entries",
             ct.len()
         );
@@ -155,7 +156,7 @@ fn best_effort_xdp_falls_back_to_tc_on_a_device_without_native_xdp() -> Result<(
     for client in [BRIDGE_CLIENT4, BRIDGE_CLIENT6] {
         let fwd: Vec<_> = ct
             .iter()
-            .filter(|(k, _)| k.dir == CT_DIR_FORWARD && ip_of(&k.saddr).to_string() == client)
+            .filter(|(k, _)| k.dir == CT_DIR_FORWARD && IpAddr::from(k.saddr).to_string() == client)
             .collect();
         ensure!(!fwd.is_empty(), "no flow from {client} in conntrack");
         ensure!(
