@@ -46,33 +46,11 @@ pub const NOT_SERVING: Cond = Cond {
 
 /// An EndpointSlice for [`service`]'s ports.
 pub fn slice(name: &str, service: &str, endpoints: &[(std::net::Ipv4Addr, Cond)]) -> String {
-    let mut s = format!(
-        "apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: {name}
-  namespace: default
-  labels:
-    kubernetes.io/service-name: {service}
-addressType: IPv4
-ports:
-- {{name: http, port: {BACKEND_TCP_PORT}, protocol: TCP}}
-- {{name: dns, port: {BACKEND_UDP_PORT}, protocol: UDP}}
-endpoints:
-"
-    );
-    if endpoints.is_empty() {
-        s.truncate(s.len() - "endpoints:\n".len());
-        s.push_str("endpoints: []\n");
-    }
-    for (ip, c) in endpoints {
-        let _ = writeln!(
-            s,
-            "- addresses: [\"{ip}\"]\n  conditions: {{ready: {}, serving: {}, terminating: {}}}",
-            c.ready, c.serving, c.terminating
-        );
-    }
-    s
+    let endpoints: Vec<_> = endpoints
+        .iter()
+        .map(|(ip, c)| (std::net::IpAddr::V4(*ip), *c, None))
+        .collect();
+    slice_on_nodes(name, service, &endpoints)
 }
 
 /// An EndpointSlice of either family for [`service`]'s ports: each endpoint
