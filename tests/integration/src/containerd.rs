@@ -27,7 +27,6 @@ use std::{
     os::unix::process::CommandExt as _,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
-    sync::atomic::{AtomicU32, Ordering},
     time::{Duration, Instant},
 };
 
@@ -36,7 +35,7 @@ use weir_kubelet::cri::{CriRuntime, Runtime as _, SandboxFilter};
 
 use crate::{
     images,
-    topology::{DIR_PREFIX, NETNS_PREFIX, Netns},
+    topology::{DIR_PREFIX, NETNS_PREFIX, Netns, unique_id},
 };
 
 /// The pods' subnet, on a bridge in the node namespace.
@@ -67,13 +66,7 @@ impl Containerd {
     /// containerd dies with the thread that calls this (PR_SET_PDEATHSIG): keep
     /// the guard on that thread, as a test's local.
     pub fn start() -> Result<Self> {
-        static NEXT: AtomicU32 = AtomicU32::new(0);
-        // The pid lets `sweep` tell a dead run's leftovers from a live run's.
-        let id = format!(
-            "{}-c{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        );
+        let id = unique_id("c");
         let dir = std::env::temp_dir().join(format!("{DIR_PREFIX}{id}"));
         std::fs::create_dir_all(dir.join("net.d"))?;
         let node = Netns::create(format!("{NETNS_PREFIX}{id}"))?;

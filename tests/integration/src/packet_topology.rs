@@ -24,7 +24,6 @@ use std::{
     net::IpAddr,
     path::{Path, PathBuf},
     process::{Command, Stdio},
-    sync::atomic::{AtomicU32, Ordering},
     time::{Duration, Instant},
 };
 
@@ -34,8 +33,8 @@ pub use self::agent::PacketAgent;
 use crate::{
     bin,
     topology::{
-        Bpffs, Cgroup, ChildGuard, DIR_PREFIX, NETNS_PREFIX, Netns, cgroup2_root,
-        remove_manifest_in, spawn_ready, veth, write_manifest_in,
+        Bpffs, Cgroup, ChildGuard, NETNS_PREFIX, Netns, Workspace, remove_manifest_in, spawn_ready,
+        veth, write_manifest_in,
     },
 };
 
@@ -154,19 +153,16 @@ impl PacketTopology {
     /// Builds the five namespaces, their links, addresses and routes, starts
     /// the pods' servers and waits until each answers.
     pub fn new() -> Result<Self> {
-        static NEXT: AtomicU32 = AtomicU32::new(0);
-        let id = format!(
-            "{}-p{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        );
-        let dir = std::env::temp_dir().join(format!("{DIR_PREFIX}{id}"));
-        std::fs::create_dir_all(dir.join("manifests"))?;
-        let bpffs = Bpffs::mount(dir.join("bpf"))?;
-        let cgroup = Cgroup::create(cgroup2_root()?.join(format!("{DIR_PREFIX}{id}")))?;
+        let Workspace {
+            id,
+            dir,
+            manifests,
+            bpffs,
+            cgroup,
+        } = Workspace::create("p")?;
         let ns = |s: &str| Netns::create(format!("{NETNS_PREFIX}{id}-{s}"));
         let mut topo = Self {
-            manifests: dir.join("manifests"),
+            manifests,
             dir,
             servers: Vec::new(),
             client: ns("c")?,

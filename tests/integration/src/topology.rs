@@ -54,25 +54,63 @@ pub struct Topology {
     servers: Vec<ChildGuard>,
 }
 
+/// `{pid}-{tag}{n}`, unique within the run: names of the namespaces,
+/// cgroups and work directories of one test environment. The pid first lets
+/// `sweep` tell a dead run's leftovers from a live run's.
+pub fn unique_id(tag: &str) -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "{}-{tag}{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// What a test topology owns besides its namespaces, named
+/// `{DIR_PREFIX}{id}` so that `sweep` finds them: a work directory with an
+/// empty `manifests/`, a private bpffs mount below it and a child cgroup. The
+/// topology keeps them as its own fields, in its drop order.
+pub struct Workspace {
+    pub id: String,
+    pub dir: PathBuf,
+    pub manifests: PathBuf,
+    pub bpffs: Bpffs,
+    pub cgroup: Cgroup,
+}
+
+impl Workspace {
+    pub fn create(tag: &str) -> Result<Self> {
+        let id = unique_id(tag);
+        let dir = std::env::temp_dir().join(format!("{DIR_PREFIX}{id}"));
+        let manifests = dir.join("manifests");
+        std::fs::create_dir_all(&manifests)?;
+        let bpffs = Bpffs::mount(dir.join("bpf"))?;
+        let cgroup = Cgroup::create(cgroup2_root()?.join(format!("{DIR_PREFIX}{id}")))?;
+        Ok(Self {
+            id,
+            dir,
+            manifests,
+            bpffs,
+            cgroup,
+        })
+    }
+}
+
 impl Topology {
     /// A node namespace with `n` backends on a bridge, a child cgroup, a private
     /// bpffs mount and an empty manifests directory.
     pub fn new(n: usize) -> Result<Self> {
-        static NEXT: AtomicU32 = AtomicU32::new(0);
-        // The pid lets `sweep` tell a dead run's leftovers from a live run's.
-        let id = format!(
-            "{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        );
-        let dir = std::env::temp_dir().join(format!("{DIR_PREFIX}{id}"));
-        std::fs::create_dir_all(dir.join("manifests"))?;
-        let bpffs = Bpffs::mount(dir.join("bpf"))?;
-        let cgroup = Cgroup::create(cgroup2_root()?.join(format!("{DIR_PREFIX}{id}")))?;
+        let Workspace {
+            id,
+            dir,
+            manifests,
+            bpffs,
+            cgroup,
+        } = Workspace::create("")?;
         let node = Netns::create(format!("{NETNS_PREFIX}{id}-n"))?;
         node.sh("ip link set lo up && ip link add br0 type bridge && ip addr add 10.77.0.1/24 dev br0 && ip link set br0 up")?;
         let mut topo = Self {
-            manifests: dir.join("manifests"),
+            manifests,
             id,
             dir,
             node,

@@ -13,7 +13,6 @@ use std::{
     net::Ipv4Addr,
     path::{Path, PathBuf},
     process::Command,
-    sync::atomic::{AtomicU32, Ordering},
     time::Duration,
 };
 
@@ -23,8 +22,8 @@ use crate::{
     agent::{AgentProcess, agent_command},
     bin,
     topology::{
-        Cgroup, ChildGuard, DIR_PREFIX, NETNS_PREFIX, Netns, cgroup2_root, spawn_ready, veth,
-        wire_backend,
+        Cgroup, ChildGuard, DIR_PREFIX, NETNS_PREFIX, Netns, cgroup2_root, spawn_ready, unique_id,
+        veth, wire_backend,
     },
 };
 
@@ -49,12 +48,7 @@ pub struct Lab {
 
 impl Lab {
     pub fn new(tag: &str, backends: u32) -> Result<Self> {
-        static NEXT: AtomicU32 = AtomicU32::new(0);
-        let id = format!(
-            "{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        );
+        let id = unique_id("l");
         let cgroup = Cgroup::create(cgroup2_root()?.join(format!("{DIR_PREFIX}{id}-{tag}")))?;
         let node = Netns::create(format!("{NETNS_PREFIX}{id}-n"))?;
         let client = Netns::create(format!("{NETNS_PREFIX}{id}-c"))?;

@@ -14,7 +14,6 @@ use std::{
     io::Read as _,
     path::{Path, PathBuf},
     process::{Command, Stdio},
-    sync::atomic::{AtomicU32, Ordering},
     time::{Duration, Instant},
 };
 
@@ -28,7 +27,7 @@ use super::{
 };
 use crate::{
     bin,
-    topology::{Bpffs, Cgroup, ChildGuard, DIR_PREFIX, cgroup2_root},
+    topology::{Bpffs, Cgroup, ChildGuard, DIR_PREFIX, cgroup2_root, unique_id},
 };
 
 pub const COLD_SYNC: &str = "cold_sync";
@@ -297,12 +296,7 @@ struct WorkDir {
 
 impl WorkDir {
     fn create() -> Result<Self> {
-        static NEXT: AtomicU32 = AtomicU32::new(0);
-        let name = format!(
-            "{DIR_PREFIX}{}-scale-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        );
+        let name = format!("{DIR_PREFIX}{}", unique_id("scale-"));
         let path = std::env::temp_dir().join(&name);
         std::fs::create_dir(&path).with_context(|| format!("creating {}", path.display()))?;
         Ok(Self { name, path })
