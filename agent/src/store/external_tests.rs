@@ -89,6 +89,18 @@ fn slice(name: &str, family: IpFamily, eps: &[(&str, &str, bool)]) -> SliceSpec 
     }
 }
 
+/// The backends (address, state) of the first NodePort frontend of `scope`.
+fn node_port_backends(d: &DesiredService, scope: Scope) -> Vec<(IpAddr, BackendState)> {
+    d.frontends
+        .iter()
+        .find(|d| d.kind == FrontendKind::NodePort && d.frontend.scope == scope)
+        .unwrap()
+        .backends
+        .iter()
+        .map(|b| (b.addr, b.state))
+        .collect()
+}
+
 fn web_store(svc: ServiceSpec) -> Store {
     let mut store = Store::new(node());
     let mut dirty = BTreeSet::new();
@@ -245,16 +257,7 @@ fn local_external_frontends_fall_back_to_local_terminating_endpoints_only() {
         &mut dirty,
     );
     let d = store.desired(&ServiceId::new("default", "web")).unwrap();
-    let np = |scope| {
-        d.frontends
-            .iter()
-            .find(|d| d.kind == FrontendKind::NodePort && d.frontend.scope == scope)
-            .unwrap()
-            .backends
-            .iter()
-            .map(|b| (b.addr, b.state))
-            .collect::<Vec<_>>()
-    };
+    let np = |scope| node_port_backends(&d, scope);
     // From outside: the local terminating endpoint, never the remote ready
     // one.
     assert_eq!(
@@ -625,16 +628,7 @@ fn draining_endpoints_stay_with_the_scopes_they_served_and_never_count_as_local(
     }
     store.apply(Change::UpsertSlice(s), &mut dirty);
     let d = store.desired(&ServiceId::new("default", "web")).unwrap();
-    let np = |scope| {
-        d.frontends
-            .iter()
-            .find(|d| d.kind == FrontendKind::NodePort && d.frontend.scope == scope)
-            .unwrap()
-            .backends
-            .iter()
-            .map(|b| (b.addr, b.state))
-            .collect::<Vec<_>>()
-    };
+    let np = |scope| node_port_backends(&d, scope);
     // From outside only the local endpoint ever served: it drains there.
     assert_eq!(
         np(Scope::External),
