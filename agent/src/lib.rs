@@ -15,6 +15,7 @@ pub mod healthcheck;
 pub mod inspect;
 pub mod k8s;
 pub mod kube_proxy_cleanup;
+pub mod link_changes;
 pub mod maps;
 pub mod model;
 pub mod node_addrs;

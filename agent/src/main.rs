@@ -108,12 +108,18 @@ struct PacketArgs {
     /// match every interface starting so, or `auto`: every interface that
     /// carries a default route (IPv4 or IPv6) in the agent's network
     /// namespace plus every veth (the host side of pods). Interfaces are
-    /// re-listed every 5 s, so new and recreated devices get the program and
+    /// re-listed as soon as the kernel announces a link (for `auto`, also a
+    /// route) change, so new and recreated devices get the program and
     /// vanished ones lose it; a listed device missing at start is attached
     /// when it appears. Only Ethernet devices qualify. Needs Linux 6.7+.
     /// None: socket load balancing only.
     #[arg(long, value_name = "DEV,...", value_delimiter = ',')]
     devices: Vec<String>,
+    /// How often --devices are re-listed even when the kernel announced no
+    /// change (a backstop; without link notifications they are re-listed
+    /// every 5 s).
+    #[arg(long, value_name = "DURATION", default_value = "30s")]
+    device_rescan_interval: humantime::Duration,
     /// The --devices that also get XDP when --acceleration is on (same
     /// syntax, but `auto` here means the default-route devices only, never
     /// veths; default: all of --devices, so `--devices=auto` accelerates the
@@ -382,6 +388,9 @@ fn run(args: RunArgs) -> Result<()> {
     if args.packet.ct_gc_interval.is_zero() {
         anyhow::bail!("--ct-gc-interval must be more than 0s");
     }
+    if args.packet.device_rescan_interval.is_zero() {
+        anyhow::bail!("--device-rescan-interval must be more than 0s");
+    }
     let node = match &args.node_name {
         Some(n) if !n.is_empty() => n.clone(),
         _ => hostname().context("--node-name not given and the hostname cannot be read")?,
@@ -464,7 +473,9 @@ async fn run_async(args: RunArgs, node: String) -> Result<()> {
     let Datapath { maps, devices } = Datapath::load(&opts).context("loading the datapath")?;
     let attached = devices.attached();
     if !opts.devices.is_empty() {
-        devices.spawn().context("starting the device watcher")?;
+        devices
+            .spawn(packet.device_rescan_interval.into())
+            .context("starting the device watcher")?;
     }
     info!(
         cgroup = %opts.cgroup.display(),
@@ -492,8 +503,15 @@ async fn run_async(args: RunArgs, node: String) -> Result<()> {
 
     let (tx, rx) = mpsc::channel(64);
     // Weak: the controller stops when the real source is gone, and this
-    // poller must not keep it alive.
-    tokio::spawn(watch_node_addresses(addresses.clone(), tx.downgrade()));
+    // watcher must not keep it alive.
+    let weak = tx.downgrade();
+    node_addrs::watch(addresses.clone(), NODE_ADDRESS_BACKSTOP, move |fresh| {
+        weak.upgrade().is_some_and(|tx| {
+            tx.blocking_send(SourceMsg::Changes(vec![Change::NodeAddresses(fresh)]))
+                .is_ok()
+        })
+    })
+    .context("starting the node address watcher")?;
     let sockets = match sockdestroy::open_revsock(&opts.pins.maps()) {
         Ok(revsock) => SocketReaper::spawn(revsock, args.proc_root.clone()),
         Err(e) => {
@@ -580,38 +598,9 @@ async fn run_async(args: RunArgs, node: String) -> Result<()> {
     Ok(())
 }
 
-/// How often the node addresses are read again (DHCP renewals, an address
-/// added by hand).
-const NODE_ADDRESS_POLL: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// Sends the node addresses to the store whenever they change.
-async fn watch_node_addresses(mut current: Vec<std::net::IpAddr>, tx: mpsc::WeakSender<SourceMsg>) {
-    let mut tick = tokio::time::interval(NODE_ADDRESS_POLL);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tick.tick().await;
-    loop {
-        tick.tick().await;
-        let fresh = match node_addrs::node_addresses() {
-            Ok(a) => a,
-            Err(e) => {
-                warn!("cannot re-read node addresses: {e}");
-                continue;
-            }
-        };
-        if fresh != current {
-            info!(before = ?current, after = ?fresh, "node addresses changed");
-            current.clone_from(&fresh);
-            let Some(tx) = tx.upgrade() else { return };
-            if tx
-                .send(SourceMsg::Changes(vec![Change::NodeAddresses(fresh)]))
-                .await
-                .is_err()
-            {
-                return;
-            }
-        }
-    }
-}
+/// How often the node addresses are read again when no change was announced
+/// (or change notifications cannot be had).
+const NODE_ADDRESS_BACKSTOP: std::time::Duration = std::time::Duration::from_secs(30);
 
 fn observe_gc(metrics: &Metrics, r: &ct_gc::GcReport) {
     metrics

@@ -12,7 +12,12 @@ use std::{
     ffi::CStr,
     io,
     net::{IpAddr, Ipv4Addr, Ipv6Addr},
+    time::Duration,
 };
+
+use tracing::{info, warn};
+
+use crate::link_changes::Changes;
 
 #[derive(Debug, thiserror::Error)]
 pub enum NodeAddrError {
@@ -28,6 +33,59 @@ pub fn node_addresses() -> Result<Vec<IpAddr>, NodeAddrError> {
         .filter(|ip| usable(*ip))
         .collect();
     Ok(all.into_iter().collect())
+}
+
+/// Calls `on_change` with the fresh addresses whenever they differ from the
+/// last ones seen (`current` at first): checked on every address change the
+/// kernel announces and at the latest every `backstop`, on a thread of its
+/// own, until `on_change` returns false.
+pub fn watch(
+    mut current: Vec<IpAddr>,
+    backstop: Duration,
+    mut on_change: impl FnMut(Vec<IpAddr>) -> bool + Send + 'static,
+) -> io::Result<()> {
+    let mut changes = match Changes::subscribe(libc::RTMGRP_IPV4_IFADDR | libc::RTMGRP_IPV6_IFADDR)
+    {
+        Ok(c) => Some(c),
+        Err(e) => {
+            warn!(
+                "cannot subscribe to address changes ({e}); reading the node addresses every {}s",
+                backstop.as_secs()
+            );
+            None
+        }
+    };
+    std::thread::Builder::new()
+        .name("weir-node-addrs".into())
+        .spawn(move || {
+            loop {
+                // Read first: an address may have come between the caller's
+                // read and the subscription.
+                match node_addresses() {
+                    Ok(fresh) if fresh != current => {
+                        info!(before = ?current, after = ?fresh, "node addresses changed");
+                        current.clone_from(&fresh);
+                        if !on_change(fresh) {
+                            return;
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(e) => warn!("cannot re-read node addresses: {e}"),
+                }
+                match changes.as_mut().map(|c| c.wait(backstop)) {
+                    Some(Ok(_)) => {}
+                    Some(Err(e)) => {
+                        warn!(
+                            "address change notifications failed ({e}); reading the node addresses every {}s",
+                            backstop.as_secs()
+                        );
+                        changes = None;
+                    }
+                    None => std::thread::sleep(backstop),
+                }
+            }
+        })
+        .map(drop)
 }
 
 /// Whether a network interface of this name exists in this namespace.

@@ -6,7 +6,8 @@
 //! interface whose name starts with the rest. Pod veths appear and vanish all
 //! the time, and a listed device may be missing at start (a bond still being
 //! built) or recreated later (new ifindex, the old link defunct), so the
-//! interfaces are listed again every [`RESCAN`]: new matches get
+//! interfaces are listed again whenever the kernel announces a link change
+//! ([`crate::link_changes`]), and at the latest every backstop period: new matches get
 //! `weir_tc_ingress` (and `weir_xdp` where `--acceleration-devices` says),
 //! vanished ones lose their pinned links.
 //!
@@ -38,9 +39,11 @@ use super::{
     netdev::{self, Acceleration},
     pins::{DevLink, Pins, dev_pin_name},
 };
+use crate::link_changes::Changes;
 
-/// How often the interfaces are listed again.
-pub const RESCAN: Duration = Duration::from_secs(5);
+/// How often the interfaces are listed when link change notifications are
+/// unavailable (with them, `--device-rescan-interval` is the backstop).
+const RESCAN_UNWATCHED: Duration = Duration::from_secs(5);
 
 /// `ARPHRD_ETHER`.
 const ARPHRD_ETHER: u16 = 1;
@@ -274,14 +277,48 @@ impl Devices {
         self.tc.keys().cloned().collect()
     }
 
-    /// Rescans every [`RESCAN`] on a thread of its own, forever.
-    pub fn spawn(mut self) -> io::Result<()> {
+    /// Rescans on a thread of its own, forever: on every announced link (or,
+    /// for `auto`, route) change, and at the latest every `backstop`.
+    pub fn spawn(mut self, backstop: Duration) -> io::Result<()> {
+        // Only `auto` depends on routes.
+        let mut groups = libc::RTMGRP_LINK;
+        if self.devices.contains(&Pattern::Auto) {
+            groups |= libc::RTMGRP_IPV4_ROUTE | libc::RTMGRP_IPV6_ROUTE;
+        }
+        let mut changes = match Changes::subscribe(groups) {
+            Ok(c) => {
+                info!(
+                    backstop = %humantime::format_duration(backstop),
+                    "devices are re-listed on every link change announced by the kernel"
+                );
+                Some(c)
+            }
+            Err(e) => {
+                warn!(
+                    "cannot subscribe to link changes ({e}); listing the interfaces every {}s instead",
+                    RESCAN_UNWATCHED.as_secs()
+                );
+                None
+            }
+        };
         std::thread::Builder::new()
             .name("weir-devices".into())
             .spawn(move || {
                 loop {
-                    std::thread::sleep(RESCAN);
+                    // First of all: a device may have appeared between the
+                    // initial scan and the subscription.
                     self.rescan();
+                    match changes.as_mut().map(|c| c.wait(backstop)) {
+                        Some(Ok(_)) => {}
+                        Some(Err(e)) => {
+                            warn!(
+                                "link change notifications failed ({e}); listing the interfaces every {}s instead",
+                                RESCAN_UNWATCHED.as_secs()
+                            );
+                            changes = None;
+                        }
+                        None => std::thread::sleep(RESCAN_UNWATCHED.min(backstop)),
+                    }
                 }
             })
             .map(drop)

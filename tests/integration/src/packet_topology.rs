@@ -362,6 +362,13 @@ impl PacketTopology {
         ))
     }
 
+    /// Removes a device made by [`Self::add_device_without_xdp`], named
+    /// `name` now, with its bridge port `port` (and so the client's `eth1`).
+    pub fn remove_device_without_xdp(&self, name: &str, port: &str) -> Result<()> {
+        self.node
+            .sh(&format!("ip link del {port} && ip link del {name}"))
+    }
+
     pub fn write_manifest(&self, file: &str, content: &str) -> Result<()> {
         write_manifest_in(&self.manifests, file, content)
     }

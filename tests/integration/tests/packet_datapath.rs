@@ -13,6 +13,7 @@
 //! | `in_cluster` | pods reaching external frontends: eTP Local serves them from every endpoint; NodePort hairpin SNATed to the node; source ranges drop pods even with socket LB |
 //! | `lifecycle` | streams survive terminating; new flows avoid terminating and removed backends; a tracked UDP flow leaves a removed backend; conntrack listed |
 //! | `collector` | the conntrack collector removes idle flows' entries and keeps a live flow's |
+//! | `devices` | a device that appears, vanishes and comes back while the agent runs gets the program, loses it and gets it again, from the kernel's link notifications alone |
 //! | `xdp` | native XDP counters and flows; best-effort fallback (with its warning) to TC on a device without native XDP (a bridge: this kernel has no `dummy`), with traffic through it |
 //! | `clusterip` | per-packet ClusterIP (hairpin, internalTrafficPolicy Local); a pod's connected UDP socket leaves a removed backend |
 //! | `bad_input` | field-named errors for the new fields, at start and at runtime; good Services keep working |
@@ -27,6 +28,8 @@ mod bad_input;
 mod clusterip;
 #[path = "packet_datapath/collector.rs"]
 mod collector;
+#[path = "packet_datapath/devices.rs"]
+mod devices;
 #[path = "packet_datapath/external.rs"]
 mod external;
 #[path = "packet_datapath/in_cluster.rs"]

@@ -476,3 +476,29 @@ pub fn check_moved(
     );
     Ok(())
 }
+/// The name of the program behind the device link the agent pinned as
+/// `links/<pin>`, as the kernel reports it through bpftool.
+pub fn linked_program(agent: &PacketAgent, pin: &str) -> Result<String> {
+    let bpftool = |args: &[&str]| -> Result<serde_json::Value> {
+        let out = std::process::Command::new("bpftool")
+            .arg("-j")
+            .args(args)
+            .output()?;
+        ensure!(
+            out.status.success(),
+            "bpftool {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(serde_json::from_slice(&out.stdout)?)
+    };
+    let path = agent.pin_dir().join("links").join(pin);
+    let link = bpftool(&["link", "show", "pinned", &path.display().to_string()])?;
+    let prog_id = link["prog_id"]
+        .as_u64()
+        .ok_or_else(|| anyhow::anyhow!("bpftool link show {}: {link}", path.display()))?;
+    let prog = bpftool(&["prog", "show", "id", &prog_id.to_string()])?;
+    prog["name"]
+        .as_str()
+        .map(str::to_owned)
+        .ok_or_else(|| anyhow::anyhow!("bpftool prog show id {prog_id}: {prog}"))
+}
