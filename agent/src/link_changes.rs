@@ -14,7 +14,9 @@ use std::{
     time::{Duration, Instant},
 };
 
+use humantime::format_duration;
 use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
+use tracing::{info, warn};
 
 /// A burst (a veth pair being created, renamed, moved and set up) settles
 /// into one scan: wait until the socket has been quiet this long...
@@ -22,15 +24,65 @@ const QUIET: Duration = Duration::from_millis(50);
 /// ...but never longer than this after the first message.
 const MAX_DELAY: Duration = Duration::from_millis(500);
 
+/// Runs `scan` on a thread named `thread`: at once (a change may have come
+/// between the caller's own first read and the subscription), then after
+/// every change announced on `groups` (`libc::RTMGRP_*` bits), at the latest
+/// every `backstop`. Without notifications (no subscription, or it broke) it
+/// runs every `fallback` instead, and says so. `scan` returning false ends
+/// the thread. `what` names what is re-read, for the logs.
+pub fn spawn_rescans(
+    thread: &str,
+    what: &'static str,
+    groups: libc::c_int,
+    backstop: Duration,
+    fallback: Duration,
+    mut scan: impl FnMut() -> bool + Send + 'static,
+) -> io::Result<()> {
+    let mut changes = match Changes::subscribe(groups) {
+        Ok(c) => {
+            info!(
+                backstop = %format_duration(backstop),
+                "re-reading {what} on every change the kernel announces"
+            );
+            Some(c)
+        }
+        Err(e) => {
+            warn!(
+                "cannot subscribe to changes of {what} ({e}); re-reading them every {}",
+                format_duration(fallback)
+            );
+            None
+        }
+    };
+    std::thread::Builder::new()
+        .name(thread.into())
+        .spawn(move || {
+            while scan() {
+                match changes.as_mut().map(|c| c.wait(backstop)) {
+                    Some(Ok(_)) => {}
+                    Some(Err(e)) => {
+                        warn!(
+                            "change notifications for {what} failed ({e}); re-reading them every {}",
+                            format_duration(fallback)
+                        );
+                        changes = None;
+                    }
+                    None => std::thread::sleep(fallback),
+                }
+            }
+        })
+        .map(drop)
+}
+
 /// A netlink socket subscribed to some rtnetlink multicast groups.
-pub struct Changes {
+struct Changes {
     sock: Socket,
     buf: Vec<u8>,
 }
 
 impl Changes {
     /// Subscribes to `groups` (`libc::RTMGRP_*` bits).
-    pub fn subscribe(groups: libc::c_int) -> io::Result<Self> {
+    fn subscribe(groups: libc::c_int) -> io::Result<Self> {
         let groups = u32::try_from(groups).map_err(|_| io::ErrorKind::InvalidInput)?;
         let mut sock = Socket::new(NETLINK_ROUTE)?;
         sock.bind(&SocketAddr::new(0, groups))?;
@@ -44,7 +96,7 @@ impl Changes {
     /// Waits up to `timeout` for a change and then for its burst to settle.
     /// `Ok(true)`: something changed (or notifications were lost), scan now;
     /// `Ok(false)`: the timeout passed quietly.
-    pub fn wait(&mut self, timeout: Duration) -> io::Result<bool> {
+    fn wait(&mut self, timeout: Duration) -> io::Result<bool> {
         if !self.readable(timeout)? {
             return Ok(false);
         }

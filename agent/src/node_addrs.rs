@@ -17,7 +17,7 @@ use std::{
 
 use tracing::{info, warn};
 
-use crate::link_changes::Changes;
+use crate::link_changes;
 
 #[derive(Debug, thiserror::Error)]
 pub enum NodeAddrError {
@@ -44,48 +44,25 @@ pub fn watch(
     backstop: Duration,
     mut on_change: impl FnMut(Vec<IpAddr>) -> bool + Send + 'static,
 ) -> io::Result<()> {
-    let mut changes = match Changes::subscribe(libc::RTMGRP_IPV4_IFADDR | libc::RTMGRP_IPV6_IFADDR)
-    {
-        Ok(c) => Some(c),
-        Err(e) => {
-            warn!(
-                "cannot subscribe to address changes ({e}); reading the node addresses every {}s",
-                backstop.as_secs()
-            );
-            None
-        }
-    };
-    std::thread::Builder::new()
-        .name("weir-node-addrs".into())
-        .spawn(move || {
-            loop {
-                // Read first: an address may have come between the caller's
-                // read and the subscription.
-                match node_addresses() {
-                    Ok(fresh) if fresh != current => {
-                        info!(before = ?current, after = ?fresh, "node addresses changed");
-                        current.clone_from(&fresh);
-                        if !on_change(fresh) {
-                            return;
-                        }
-                    }
-                    Ok(_) => {}
-                    Err(e) => warn!("cannot re-read node addresses: {e}"),
-                }
-                match changes.as_mut().map(|c| c.wait(backstop)) {
-                    Some(Ok(_)) => {}
-                    Some(Err(e)) => {
-                        warn!(
-                            "address change notifications failed ({e}); reading the node addresses every {}s",
-                            backstop.as_secs()
-                        );
-                        changes = None;
-                    }
-                    None => std::thread::sleep(backstop),
-                }
+    link_changes::spawn_rescans(
+        "weir-node-addrs",
+        "node addresses",
+        libc::RTMGRP_IPV4_IFADDR | libc::RTMGRP_IPV6_IFADDR,
+        backstop,
+        backstop,
+        move || match node_addresses() {
+            Ok(fresh) if fresh != current => {
+                info!(before = ?current, after = ?fresh, "node addresses changed");
+                current.clone_from(&fresh);
+                on_change(fresh)
             }
-        })
-        .map(drop)
+            Ok(_) => true,
+            Err(e) => {
+                warn!("cannot re-read node addresses: {e}");
+                true
+            }
+        },
+    )
 }
 
 /// Whether a network interface of this name exists in this namespace.

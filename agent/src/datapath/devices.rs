@@ -39,7 +39,7 @@ use super::{
     netdev::{self, Acceleration},
     pins::{DevLink, Pins, dev_pin_name},
 };
-use crate::link_changes::Changes;
+use crate::link_changes;
 
 /// How often the interfaces are listed when link change notifications are
 /// unavailable (with them, `--device-rescan-interval` is the backstop).
@@ -285,43 +285,17 @@ impl Devices {
         if self.devices.contains(&Pattern::Auto) {
             groups |= libc::RTMGRP_IPV4_ROUTE | libc::RTMGRP_IPV6_ROUTE;
         }
-        let mut changes = match Changes::subscribe(groups) {
-            Ok(c) => {
-                info!(
-                    backstop = %humantime::format_duration(backstop),
-                    "devices are re-listed on every link change announced by the kernel"
-                );
-                Some(c)
-            }
-            Err(e) => {
-                warn!(
-                    "cannot subscribe to link changes ({e}); listing the interfaces every {}s instead",
-                    RESCAN_UNWATCHED.as_secs()
-                );
-                None
-            }
-        };
-        std::thread::Builder::new()
-            .name("weir-devices".into())
-            .spawn(move || {
-                loop {
-                    // First of all: a device may have appeared between the
-                    // initial scan and the subscription.
-                    self.rescan();
-                    match changes.as_mut().map(|c| c.wait(backstop)) {
-                        Some(Ok(_)) => {}
-                        Some(Err(e)) => {
-                            warn!(
-                                "link change notifications failed ({e}); listing the interfaces every {}s instead",
-                                RESCAN_UNWATCHED.as_secs()
-                            );
-                            changes = None;
-                        }
-                        None => std::thread::sleep(RESCAN_UNWATCHED.min(backstop)),
-                    }
-                }
-            })
-            .map(drop)
+        link_changes::spawn_rescans(
+            "weir-devices",
+            "devices",
+            groups,
+            backstop,
+            RESCAN_UNWATCHED.min(backstop),
+            move || {
+                self.rescan();
+                true
+            },
+        )
     }
 
     fn warn_once(&mut self, dev: &str, ifindex: u32, what: &'static str) -> bool {

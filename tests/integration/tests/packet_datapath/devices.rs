@@ -43,7 +43,7 @@ fn devices_get_the_program_as_the_kernel_announces_them_and_lose_it_when_they_go
         SETTLE,
     )?;
     // Subscribed: without notifications it would list every 5 s instead.
-    agent.wait_for_log_line(0, &["re-listed on every link change"], SETTLE)?;
+    agent.wait_for_log_line(0, &["re-reading devices on every change"], SETTLE)?;
     let pin = agent.pin_dir().join("links").join(format!("tc-{DEV}"));
     ensure!(
         !pin.exists(),
