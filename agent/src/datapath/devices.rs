@@ -7,9 +7,9 @@
 //! the time, and a listed device may be missing at start (a bond still being
 //! built) or recreated later (new ifindex, the old link defunct), so the
 //! interfaces are listed again whenever the kernel announces a link change
-//! ([`crate::link_changes`]), and at the latest every backstop period: new matches get
-//! `weir_tc_ingress` (and `weir_xdp` where `--acceleration-devices` says),
-//! vanished ones lose their pinned links.
+//! ([`crate::link_changes`]), and at the latest every backstop period: new
+//! matches get `weir_tc_ingress` (and `weir_xdp` where
+//! `--acceleration-devices` says), vanished ones lose their pinned links.
 //!
 //! `auto` (the chart's default) matches, at every listing, each interface
 //! that carries a default route (IPv4 or IPv6) in the agent's network
