@@ -68,7 +68,7 @@ pub fn run() -> Result<()> {
 
     step("Starting weir-agent on wext,wpod,wnode2 with --acceleration=best-effort");
     let agent = PacketAgent::start(&topo, &["--acceleration=best-effort"])?;
-    println!("    agent log: {}", agent.log().display());
+    println!("    agent log: {}", agent.log.display());
     wait_serving(&topo, NODE_EXT4, CLUSTER_NODEPORT)?;
 
     step("externalTrafficPolicy Cluster: curl from the client; the pod sees a node address (SNAT)");

@@ -179,33 +179,10 @@ impl Agent {
         self.wait_for_log(before, "initial sync complete", Duration::from_secs(300))
     }
 
-    /// Waits until the agent logs `needle` after byte `from` of its log.
-    pub fn wait_for_log(&mut self, from: usize, needle: &str, timeout: Duration) -> Result<()> {
-        self.process.wait_for_log(from, needle, timeout)
-    }
-
     fn spawn_only(&mut self) -> Result<()> {
         let mut cmd = agent_command(None);
         cmd.args(&self.args);
         self.process.launch(cmd)
-    }
-
-    /// Everything the agent (and its predecessors on this topology) logged.
-    pub fn log_text(&self) -> String {
-        self.process.log_text()
-    }
-
-    pub fn is_running(&mut self) -> bool {
-        self.process.is_running()
-    }
-
-    pub fn pid(&self) -> Option<u32> {
-        self.process.pid()
-    }
-
-    /// Stops the agent with `signal` and waits for it to exit.
-    pub fn stop(&mut self, signal: i32) -> Result<()> {
-        self.process.stop(signal)
     }
 
     /// A graceful stop followed by a fresh start, as a rolling upgrade does.
@@ -239,6 +216,20 @@ impl Agent {
             }
             std::thread::sleep(Duration::from_millis(5));
         }
+    }
+}
+
+/// The process: its log, log waits, `is_running`, `pid` and `stop`.
+impl std::ops::Deref for Agent {
+    type Target = AgentProcess;
+    fn deref(&self) -> &AgentProcess {
+        &self.process
+    }
+}
+
+impl std::ops::DerefMut for Agent {
+    fn deref_mut(&mut self) -> &mut AgentProcess {
+        &mut self.process
     }
 }
 

@@ -93,40 +93,6 @@ impl PacketAgent {
         self.process.launch(cmd)
     }
 
-    /// The agent's log file.
-    pub fn log(&self) -> &Path {
-        &self.process.log
-    }
-
-    /// Everything the agent logged on this topology.
-    pub fn log_text(&self) -> String {
-        self.process.log_text()
-    }
-
-    /// Waits until the agent logs `needle` after byte `from` of its log.
-    pub fn wait_for_log(&mut self, from: usize, needle: &str, timeout: Duration) -> Result<()> {
-        self.process.wait_for_log(from, needle, timeout)
-    }
-
-    /// Waits until one line after byte `from` contains every one of `needles`.
-    pub fn wait_for_log_line(
-        &mut self,
-        from: usize,
-        needles: &[&str],
-        timeout: Duration,
-    ) -> Result<()> {
-        self.process.wait_for_log_line(from, needles, timeout)
-    }
-
-    pub fn is_running(&mut self) -> bool {
-        self.process.is_running()
-    }
-
-    /// Stops the agent with `signal` and waits for it to exit.
-    pub fn stop(&mut self, signal: i32) -> Result<()> {
-        self.process.stop(signal)
-    }
-
     /// `weir-agent inspect WHAT -o json --bpffs PIN` (read from the pinned maps).
     pub fn inspect(&self, what: &str) -> Result<serde_json::Value> {
         let out = Command::new(bin("weir-agent"))
@@ -205,6 +171,20 @@ impl PacketAgent {
 
     pub fn pin_dir(&self) -> &Path {
         &self.pin_dir
+    }
+}
+
+/// The process: its log, log waits, `is_running` and `stop`.
+impl std::ops::Deref for PacketAgent {
+    type Target = AgentProcess;
+    fn deref(&self) -> &AgentProcess {
+        &self.process
+    }
+}
+
+impl std::ops::DerefMut for PacketAgent {
+    fn deref_mut(&mut self) -> &mut AgentProcess {
+        &mut self.process
     }
 }
 
