@@ -476,6 +476,7 @@ pub fn check_moved(
     );
     Ok(())
 }
+
 /// The name of the program behind the device link the agent pinned as
 /// `links/<pin>`, as the kernel reports it through bpftool.
 pub fn linked_program(agent: &PacketAgent, pin: &str) -> Result<String> {
