@@ -32,8 +32,8 @@ enum Command {
         #[command(subcommand)]
         bench: bench::Bench,
     },
-    /// Render the Helm chart (helm/weir) as `helm template` would, with the Go
-    /// renderer in helm/render; needs `cargo xtask setup` once.
+    /// Render the Helm chart (helm/weir) with Helm's own engine, as `helm
+    /// template` would (helm/template.py); needs `cargo xtask setup` once.
     HelmTemplate(helm::HelmTemplate),
     /// Serve the test Kubernetes API server (tests/apiserver) until interrupted,
     /// writing a kubeconfig for kubectl and the agent.

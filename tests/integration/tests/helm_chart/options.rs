@@ -46,7 +46,9 @@ fn datapath_options_render_as_flags() {
         "--devices=auto by default"
     );
     // An empty list: socket load balancing only, no --devices at all.
-    let r = render_ok(&["--set", "devices={}"]);
+    // `--set devices={}` is `[""]` in Helm, which the schema rejects
+    // (validation.rs).
+    let r = render_ok(&["--set-json", "devices=[]"]);
     r.check_all_typed();
     assert!(
         !r.args().iter().any(|a| a.starts_with("--devices")),
@@ -223,7 +225,22 @@ nodeSelector:
     )
     .unwrap();
     let r = render_ok(&["--values", file.to_str().unwrap()]);
+    // --set goes over the file key by key, as in helm's values.Options.
+    let over = render_ok(&[
+        "--values",
+        file.to_str().unwrap(),
+        "--set",
+        "maps.maxBackends=8,logFormat=text",
+    ]);
     std::fs::remove_dir_all(&dir).ok();
+    let args = over.args();
+    for want in [
+        "--max-services=1048576",
+        "--max-backends=8",
+        "--log-format=text",
+    ] {
+        assert!(args.contains(&want.to_owned()), "{want} in {args:?}");
+    }
     r.check_all_typed();
     let agent = r.agent();
     let image = "registry.example.com/net/weir-agent:v9.8.7@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";

@@ -1,8 +1,8 @@
-//! Building and running the renderer, and splitting its output into documents.
+//! Running Helm's engine (helm/template.py on the tools venv's Python) and
+//! splitting its output into documents.
 use std::{
     path::{Path, PathBuf},
-    process::Command,
-    sync::OnceLock,
+    process::{Command, Output},
 };
 
 use serde_json::Value;
@@ -12,6 +12,10 @@ use crate::parse::Rendered;
 pub(crate) const NS: &str = "kube-system";
 pub(crate) const RELEASE: &str = "weir";
 
+/// The venv `cargo xtask setup` puts Helm's engine (`helm-python-sdk`) in;
+/// `WEIR_TOOLS_VENV` moves it, as for xtask.
+const VENV: &str = "/opt/weir-dev/venv";
+
 pub(crate) fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../..")
@@ -19,38 +23,23 @@ pub(crate) fn root() -> PathBuf {
         .expect("workspace root")
 }
 
-/// Builds the renderer once per test process (the same way `cargo xtask
-/// helm-template` does), under a per-process name renamed into place.
-pub(crate) fn renderer() -> &'static Path {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let root = root();
-        let out = root.join("target/helm-render");
-        std::fs::create_dir_all(&out).expect("target/helm-render");
-        let bin = out.join("weir-helm-render");
-        let tmp = out.join(format!(".weir-helm-render.test.{}", std::process::id()));
-        let res = Command::new("go")
-            .args(["build", "-buildvcs=false", "-trimpath", "-o"])
-            .arg(&tmp)
-            .arg("./helm/render")
-            .current_dir(&root)
-            .env("GO111MODULE", "off")
-            .env("GOPATH", "/usr/share/gocode")
-            .env("GOCACHE", out.join("go-cache"))
-            .env("GOFLAGS", "")
-            // Pure Go (no C compiler needed), and no user go env file.
-            .env("CGO_ENABLED", "0")
-            .env("GOENV", "off")
-            .output()
-            .expect("cannot run `go`: run `cargo xtask setup` (golang-go and the Go libraries)");
-        assert!(
-            res.status.success(),
-            "building helm/render failed (run `cargo xtask setup`):\n{}",
-            String::from_utf8_lossy(&res.stderr)
-        );
-        std::fs::rename(&tmp, &bin).expect("rename renderer");
-        bin
-    })
+/// Runs `helm/template.py MODE CHART args...` with the venv's Python.
+pub(crate) fn helm(mode: &str, chart: &Path, args: &[&str]) -> Output {
+    let venv =
+        std::env::var_os("WEIR_TOOLS_VENV").map_or_else(|| PathBuf::from(VENV), PathBuf::from);
+    let python = venv.join("bin/python");
+    Command::new(&python)
+        .arg(root().join("helm/template.py"))
+        .arg(mode)
+        .arg(chart)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot run {} ({e}): run `cargo xtask setup` (installs helm-python-sdk)",
+                python.display()
+            )
+        })
 }
 
 /// One rendered document.
@@ -61,14 +50,11 @@ pub(crate) struct Doc {
     pub(crate) value: Value,
 }
 
-/// Runs the renderer on helm/weir with `args`; `Err` is its stderr.
+/// `helm template` of helm/weir with `args`; `Err` is its stderr.
 pub(crate) fn render(args: &[&str]) -> Result<Vec<Doc>, String> {
-    let out = Command::new(renderer())
-        .arg(root().join("helm/weir"))
-        .args(["--release-name", RELEASE, "--namespace", NS])
-        .args(args)
-        .output()
-        .expect("run renderer");
+    let mut all = vec!["--release-name", RELEASE, "--namespace", NS];
+    all.extend_from_slice(args);
+    let out = helm("template", &root().join("helm/weir"), &all);
     if !out.status.success() {
         return Err(String::from_utf8_lossy(&out.stderr).into_owned());
     }

@@ -2,126 +2,154 @@
 //! for what the schema cannot express.
 use crate::render::render_err;
 
-/// values.schema.json is checked before anything renders, and names the field.
+/// values.schema.json is checked before anything renders, and names the field
+/// as a JSON pointer (Helm v4 validates with santhosh-tekuri/jsonschema).
 #[test]
 fn schema_rejects_bad_values_naming_the_field() {
     let cases: &[(&[&str], &str)] = &[
-        (&["--set", "socketLB=yes"], "- socketLB: Invalid type"),
+        (
+            &["--set", "socketLB=yes"],
+            "- at '/socketLB': got string, want boolean",
+        ),
         (
             &["--set", "acceleration=fast"],
-            "- acceleration: acceleration must be one of",
+            "- at '/acceleration': value must be one of 'disabled', 'native', 'best-effort'",
         ),
         (
             &["--set", "nodePortRange=30000"],
-            "- nodePortRange: Invalid type. Expected: string, given: integer",
+            "- at '/nodePortRange': got number, want string",
         ),
         (
             &["--set-string", "nodePortRange=30000"],
-            "- nodePortRange: Does not match pattern",
+            "- at '/nodePortRange': '30000' does not match pattern",
         ),
         (
             &["--set", "nodePortRange=a-b"],
-            "- nodePortRange: Does not match pattern",
+            "- at '/nodePortRange': 'a-b' does not match pattern",
         ),
         (
             &["--set", "maps.maxServices=0"],
-            "- maps.maxServices: Must be greater than or equal to 1",
+            "- at '/maps/maxServices': minimum: got 0, want 1",
         ),
         (
             &["--set", "maps.maxBackends=-5"],
-            "- maps.maxBackends: Must be greater than or equal to 1",
+            "- at '/maps/maxBackends': minimum: got -5, want 1",
         ),
         (
             &["--set", "maps.maxBackends=many"],
-            "- maps.maxBackends: Invalid type",
+            "- at '/maps/maxBackends': got string, want integer",
         ),
         (
             &["--set", "metrics.port=70000"],
-            "- metrics.port: Must be less than or equal to 65535",
+            "- at '/metrics/port': maximum: got 70,000, want 65,535",
         ),
         (
             &["--set", "healthz.port=0"],
-            "- healthz.port: Must be greater than or equal to 1",
+            "- at '/healthz/port': minimum: got 0, want 1",
         ),
         (
             &["--set", "k8sServicePort=65536"],
-            "- k8sServicePort: Must be less than or equal to 65535",
+            "- at '/k8sServicePort': maximum: got 65,536, want 65,535",
         ),
         (
             &["--set", "metrics.enabled=maybe"],
-            "- metrics.enabled: Invalid type",
+            "- at '/metrics/enabled': got string, want boolean",
         ),
         (
             &["--set", "metrics.bindAddress=localhost"],
-            "- metrics.bindAddress:",
+            "- at '/metrics/bindAddress': 'localhost' is not valid ipv4",
         ),
         (
             &["--set", "logFormat=xml"],
-            "- logFormat: logFormat must be one of",
+            "- at '/logFormat': value must be one of 'text', 'json'",
         ),
         (
             &["--set", "image.pullPolicy=Sometimes"],
-            "- image.pullPolicy:",
+            "- at '/image/pullPolicy': value must be one of",
         ),
         (
             &["--set", "image.digest=sha256:abc"],
-            "- image.digest: Does not match pattern",
+            "- at '/image/digest': 'sha256:abc' does not match pattern",
         ),
         (
             &["--set", "devices[0]=eth0/1"],
-            "- devices.0: Does not match pattern",
+            "- at '/devices/0': 'eth0/1' does not match pattern",
         ),
-        (&["--set", "devices={eth0,eth0}"], "- devices: array items"),
+        (
+            &["--set", "devices={}"],
+            "- at '/devices/0': '' does not match pattern",
+        ),
+        (
+            &["--set", "devices={eth0,eth0}"],
+            "- at '/devices': items at 0 and 1 are equal",
+        ),
         (
             &["--set", "accelerationDevices[0]=eth0/1"],
-            "- accelerationDevices.0: Does not match pattern",
+            "- at '/accelerationDevices/0': 'eth0/1' does not match pattern",
         ),
         (
             &["--set", "snatPortRange=a-b"],
-            "- snatPortRange: Does not match pattern",
+            "- at '/snatPortRange': 'a-b' does not match pattern",
         ),
         (
             &["--set", "terminatePodUdpSockets=yes"],
-            "- terminatePodUdpSockets: Invalid type",
+            "- at '/terminatePodUdpSockets': got string, want boolean",
         ),
-        (&["--set", "devices=eth0"], "- devices: Invalid type"),
-        (&["--set", "extraArgs=--x"], "- extraArgs: Invalid type"),
+        (
+            &["--set", "devices=eth0"],
+            "- at '/devices': got string, want array",
+        ),
+        (
+            &["--set", "extraArgs=--x"],
+            "- at '/extraArgs': got string, want array",
+        ),
         // A null deletes the chart's default, as in Helm; the key is required.
-        (&["--set", "metrics=null"], "- (root): metrics is required"),
+        (
+            &["--set", "metrics=null"],
+            "- at '': missing property 'metrics'",
+        ),
         (
             &["--set", "bogus=1"],
-            "- (root): Additional property bogus is not allowed",
+            "- at '': additional properties 'bogus' not allowed",
         ),
         (
             &["--set", "maps.extra=1"],
-            "- maps: Additional property extra is not allowed",
+            "- at '/maps': additional properties 'extra' not allowed",
         ),
         (
             &["--set", "image.repository="],
-            "- image.repository: String length must be greater than or equal to 1",
+            "- at '/image/repository': minLength: got 0, want 1",
         ),
         (
             &["--set", "k8sServiceHost=https://api:6443"],
-            "- k8sServiceHost: Does not match pattern",
+            "- at '/k8sServiceHost': 'https://api:6443' does not match pattern",
         ),
     ];
     for (args, want) in cases {
         let e = render_err(args);
         assert!(
-            e.contains("values don't meet the specifications of the schema(s)"),
+            e.starts_with(
+                "Error: values don't meet the specifications of the schema(s) \
+                 in the following chart(s):\nweir:\n"
+            ),
             "{args:?}: not a schema error:\n{e}"
         );
         assert!(e.contains(want), "{args:?}: want {want:?} in:\n{e}");
     }
     // The schema runs before the templates: this would also fail in a template.
     let e = render_err(&["--set", "serviceMonitor.enabled=true,acceleration=off"]);
-    assert!(e.contains("- acceleration:"), "{e}");
+    assert!(e.contains("- at '/acceleration':"), "{e}");
     assert!(!e.contains("bindAddress"), "{e}");
 }
 
 #[test]
 fn template_checks_reject_what_the_schema_cannot() {
+    // Helm's wording for a `fail` in a template, with where it ran.
     let e = render_err(&["--set", "nodePortRange=40000-30000"]);
+    assert!(
+        e.starts_with("Error: execution error at (weir/templates/daemonset.yaml:"),
+        "{e}"
+    );
     assert!(e.contains("nodePortRange \"40000-30000\""), "{e}");
     let e = render_err(&["--set", "nodePortRange=30000-70000"]);
     assert!(e.contains("nodePortRange"), "{e}");
@@ -131,5 +159,9 @@ fn template_checks_reject_what_the_schema_cannot() {
     assert!(e.contains("metrics.port and healthz.port"), "{e}");
     // Chart.yaml's kubeVersion, as helm checks it.
     let e = render_err(&["--kube-version", "v1.29.3"]);
-    assert!(e.contains("incompatible with Kubernetes v1.29.3"), "{e}");
+    assert_eq!(
+        e.trim_end(),
+        "Error: chart requires kubeVersion: >=1.30.0-0 which is incompatible with \
+         Kubernetes v1.29.3"
+    );
 }
