@@ -1,11 +1,17 @@
 //! `cargo xtask`: the only entry points a user or CI needs.
-mod bench;
-mod demo;
-mod demo_kubelet;
+//!
+//! xtask links no workspace crate and nothing whose build needs a tool that
+//! `setup` installs (protoc, bpf-linker, clang), so `cargo xtask setup` compiles
+//! on a fresh machine; `tests/fresh_machine.rs` guards that. The demos and
+//! benches link the test harness and live in the `weir-lab` binary, which xtask
+//! builds and runs after setup.
 mod dev_apiserver;
+#[cfg(test)]
+mod fresh_machine;
 mod helm;
 mod setup;
 mod test;
+mod tools;
 mod util;
 
 use clap::{Parser, Subcommand};
@@ -27,10 +33,20 @@ enum Command {
     /// Build Weir and run weir-kubelet standalone on a private containerd: a static
     /// pod Running with its IP, then reached through a ClusterIP.
     DemoKubelet,
-    /// Benchmarks that print tables (see `cargo xtask bench --help`).
+    /// Benchmarks that print tables: `cargo xtask bench datapath|scale|kubelet`
+    /// (`cargo xtask bench --help` lists their options).
+    #[command(disable_help_flag = true)]
     Bench {
-        #[command(subcommand)]
-        bench: bench::Bench,
+        /// Passed to `weir-lab bench`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Build the weir-agent and weir-kubelet images as OCI image-layout
+    /// tarballs from the release binaries and Debian packages (no registry).
+    Images {
+        /// Where the tarballs go (relative to the workspace root).
+        #[arg(long, default_value = "target/images")]
+        out: std::path::PathBuf,
     },
     /// Render the Helm chart (helm/weir) with Helm's own engine, as `helm
     /// template` would (helm/template.py); needs `cargo xtask setup` once.
@@ -51,15 +67,22 @@ fn main() -> anyhow::Result<()> {
         Command::Setup => setup::run(),
         Command::Demo => {
             setup::run()?;
-            demo::run()
+            util::lab(&["demo"])
         }
         Command::DemoKubelet => {
             setup::run()?;
-            demo_kubelet::run()
+            util::lab(&["demo-kubelet"])
         }
-        Command::Bench { bench } => {
+        Command::Bench { args } => {
             setup::run()?;
-            bench::run(bench)
+            let mut all = vec!["bench".to_owned()];
+            all.extend(args);
+            util::lab(&all)
+        }
+        Command::Images { out } => {
+            setup::run()?;
+            let out = std::path::absolute(out)?;
+            util::lab(&["images".as_ref(), "--out".as_ref(), out.as_os_str()])
         }
         Command::HelmTemplate(args) => helm::run(args),
         Command::DevApiserver(args) => dev_apiserver::run(args),

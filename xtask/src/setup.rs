@@ -9,16 +9,19 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
-use crate::util::{cargo, exec, output};
+use crate::{
+    tools,
+    util::{cargo, exec, output},
+};
 
 /// Debian packages: iproute2/util-linux for namespaces and nsenter, ethtool and
-/// ping for the packet-datapath topology, curl and dig
-/// as real clients, dnsmasq as a real DNS backend, bpftool to look at maps and
-/// links from the outside, iptables (legacy and nft) and nftables to program
-/// kube-proxy's rulesets for the datapath bench; kubectl as a real client of the
-/// test API server; Go with sprig and ghodss/yaml, the template engine and
-/// functions Helm itself renders charts with (no helm binary can be installed).
-const PACKAGES: &[&str] = &[
+/// ping for the packet-datapath topology, curl and dig as real clients, dnsmasq
+/// as a real DNS backend, bpftool to look at maps and links from the outside,
+/// iptables (legacy and nft) and nftables to program kube-proxy's rulesets for
+/// the datapath bench; Python's venv for the tools that come from PyPI (Helm's
+/// engine, and kubectl where the machine has none). Every name must exist in
+/// Debian's archive: `fresh_machine` tests check them against apt's sources.
+pub const PACKAGES: &[&str] = &[
     "iproute2",
     "util-linux",
     "curl",
@@ -27,12 +30,6 @@ const PACKAGES: &[&str] = &[
     "bpftool",
     "iptables",
     "nftables",
-    "kubectl",
-    "golang-go",
-    "golang-github-masterminds-sprig-dev",
-    "golang-github-ghodss-yaml-dev",
-    // The JSON Schema validator Helm 3.0-3.17 checks values.schema.json with.
-    "golang-github-xeipuuv-gojsonschema-dev",
     // weir-kubelet's runtime: the tests start their own containerd (Debian's 1.6).
     "containerd",
     // The OCI runtime containerd's runc v2 shim executes.
@@ -47,6 +44,10 @@ const PACKAGES: &[&str] = &[
     // checksums as from a NIC; ping checks the topology's routes.
     "ethtool",
     "iputils-ping",
+    // Debian's own Python (not whatever python3 is first on PATH) makes the
+    // tools venv, so the venv does not depend on a user's Python install.
+    "python3",
+    "python3-venv",
 ];
 
 const BPF_LINKER_VERSION: &str = "0.13.0";
@@ -59,6 +60,7 @@ pub fn run() -> Result<()> {
     let sysroot = nightly_sysroot()?;
     rust_src(&sysroot)?;
     bpf_linker(&sysroot)?;
+    tools::python_tools()?;
     eprintln!("setup: ready ({:.2}s)", start.elapsed().as_secs_f64());
     Ok(())
 }

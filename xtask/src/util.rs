@@ -89,8 +89,8 @@ pub fn cargo() -> Command {
 }
 
 /// Builds the agent, the kubelet and the harness's binaries (servers, clients, load
-/// generator), points the harness at them and clears what a killed run left.
-/// Returns the directory they are in.
+/// generator, `weir-lab`), points the harness at them and clears what a killed
+/// run left. Returns the directory they are in.
 pub fn prepare_harness(release: bool) -> Result<PathBuf> {
     let mut cmd = cargo();
     cmd.args([
@@ -115,6 +115,12 @@ pub fn prepare_harness(release: bool) -> Result<PathBuf> {
     // SAFETY: xtask has no other threads at this point; the harness reads the
     // variable when it spawns binaries.
     unsafe { std::env::set_var("WEIR_BIN_DIR", &dir) };
-    weir_integration::sweep::sweep();
+    exec(Command::new(dir.join("weir-lab")).arg("sweep"))?;
     Ok(dir)
+}
+
+/// Builds the release binaries and runs `weir-lab ARGS` (a demo or a bench).
+pub fn lab<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Result<()> {
+    let dir = prepare_harness(true)?;
+    exec(Command::new(dir.join("weir-lab")).args(args))
 }

@@ -1,5 +1,5 @@
-//! `cargo xtask demo`: the main job. Builds Weir, makes a throwaway topology
-//! (a node namespace and three backend namespaces), runs the agent on a sample
+//! `cargo xtask demo`: the main job. Makes a throwaway topology (a node
+//! namespace and three backend namespaces), runs the agent on a sample
 //! manifests directory, shows requests through a ClusterIP landing on different
 //! backends, prints the pinned maps, scales the Service, and tears it all down.
 //! Then the per-packet datapath (demo_packet.rs): NodePort and LB IP from an
@@ -9,17 +9,11 @@ use std::{process::Command, time::Duration};
 use anyhow::{Context as _, Result};
 use weir_integration::{Agent, Topology, manifest};
 
-use crate::util::prepare_harness;
-
-// Declared here so main.rs need not change: xtask/src/demo_packet.rs.
-#[path = "demo_packet.rs"]
-mod demo_packet;
+use crate::demo_packet;
 
 const VIP: &str = "10.96.0.10";
 
 pub fn run() -> Result<()> {
-    prepare_harness(true)?;
-
     step("Creating a node namespace with three backend namespaces (be1..be3)");
     let mut topo = Topology::new(3)?;
     for b in &topo.backends {

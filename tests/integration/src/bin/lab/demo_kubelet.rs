@@ -17,14 +17,10 @@ use weir_integration::{
     topology::{Bpffs, Cgroup, DIR_PREFIX, cgroup2_root},
 };
 
-use crate::util::prepare_harness;
-
 const NODE: &str = "demo-node";
 const VIP: &str = "10.96.0.50";
 
 pub fn run() -> Result<()> {
-    prepare_harness(true)?;
-
     step("Starting a private containerd in a throwaway node namespace");
     // Guards drop in reverse order of these lets: the agent, its cgroup and
     // bpffs, the kubelet, then containerd (which removes every pod).

@@ -12,7 +12,7 @@ use weir_integration::bench::{
     scale::{self, ScaleOptions},
 };
 
-use crate::util::{prepare_harness, root};
+use crate::root;
 
 #[derive(clap::Subcommand)]
 pub enum Bench {
@@ -64,7 +64,6 @@ pub enum Bench {
 }
 
 pub fn run(bench: Bench) -> Result<()> {
-    prepare_harness(true)?;
     let work = std::env::temp_dir().join(format!("weir-test-{}-bench", std::process::id()));
     let result = match bench {
         Bench::Datapath { quick, json, out } => {
