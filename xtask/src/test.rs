@@ -1,8 +1,10 @@
 //! `cargo xtask test`: format and lint checks, unit tests, then the privileged
 //! integration tests against the real kernel datapath in throwaway namespaces.
+use std::process::Command;
+
 use anyhow::Result;
 
-use crate::util::{Totals, cargo, exec, exec_tests, prepare_harness};
+use crate::util::{Totals, cargo, exec, exec_tests, prepare_harness, root};
 
 pub fn run(filter: Option<&str>) -> Result<()> {
     exec(cargo().args(["fmt", "--all", "--check"]))?;
@@ -23,6 +25,14 @@ pub fn run(filter: Option<&str>) -> Result<()> {
     // Also clears what an earlier run left when it was killed before its own
     // cleanup ran.
     let bin = prepare_harness(false)?;
+    // The images the chart tests run, built the way users build them
+    // (`cargo xtask images`), here from the debug binaries just built.
+    let images = root().join("target/images-test");
+    exec(
+        Command::new(bin.join("weir-lab"))
+            .args(["images", "--out"])
+            .arg(&images),
+    )?;
     let mut test = cargo();
     test.args([
         "test",
@@ -32,7 +42,8 @@ pub fn run(filter: Option<&str>) -> Result<()> {
         "--",
         "--test-threads=1",
     ])
-    .env("WEIR_BIN_DIR", &bin);
+    .env("WEIR_BIN_DIR", &bin)
+    .env("WEIR_IMAGES_DIR", &images);
     if let Some(f) = filter {
         test.arg(f);
     }

@@ -26,11 +26,15 @@ const PATH_ENV: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/
 const MTIME: u64 = 946_684_800;
 
 /// One image to write: its reference, root filesystem and default command.
+#[derive(Default)]
 pub struct Image {
     pub name: String,
     pub layer: Vec<u8>,
     pub entrypoint: Vec<String>,
     pub cmd: Vec<String>,
+    /// OCI annotations (`org.opencontainers.image.*`) on the manifest, also
+    /// set as the config's labels, as BuildKit does for `--label`.
+    pub annotations: Vec<(String, String)>,
 }
 
 pub fn sha256_hex(data: &[u8]) -> String {
@@ -41,10 +45,16 @@ pub fn sha256_hex(data: &[u8]) -> String {
 }
 
 /// A tar builder whose entries carry fixed owners and times.
-struct Layer(tar::Builder<Vec<u8>>);
+pub struct Layer(tar::Builder<Vec<u8>>);
+
+impl Default for Layer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
 
 impl Layer {
-    fn new() -> Self {
+    pub fn new() -> Self {
         Self(tar::Builder::new(Vec::new()))
     }
 
@@ -59,30 +69,66 @@ impl Layer {
         h
     }
 
-    fn dir(&mut self, path: &str, mode: u32) -> Result<()> {
+    pub fn dir(&mut self, path: &str, mode: u32) -> Result<()> {
         let mut h = Self::header(tar::EntryType::Directory, mode, 0);
         Ok(self.0.append_data(&mut h, path, std::io::empty())?)
     }
 
-    fn file(&mut self, path: &str, mode: u32, data: &[u8]) -> Result<()> {
+    pub fn file(&mut self, path: &str, mode: u32, data: &[u8]) -> Result<()> {
         let size = u64::try_from(data.len())?;
         let mut h = Self::header(tar::EntryType::Regular, mode, size);
         Ok(self.0.append_data(&mut h, path, data)?)
     }
 
-    fn symlink(&mut self, path: &str, target: &str) -> Result<()> {
+    pub fn symlink(&mut self, path: &str, target: &str) -> Result<()> {
         let mut h = Self::header(tar::EntryType::Symlink, 0o777, 0);
         Ok(self.0.append_link(&mut h, path, target)?)
     }
 
-    fn finish(self) -> Result<Vec<u8>> {
+    pub fn finish(self) -> Result<Vec<u8>> {
         Ok(self.0.into_inner()?)
+    }
+
+    /// Everything under `root`, in sorted order, with its mode but our fixed
+    /// owner and time, so the layer depends only on the tree's contents.
+    /// Hard links become copies; sockets, fifos and devices are left out (a
+    /// runtime gives /dev its own).
+    pub fn tree(&mut self, root: &Path) -> Result<()> {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mut stack = vec![PathBuf::new()];
+        while let Some(rel) = stack.pop() {
+            let dir = root.join(&rel);
+            let mut entries: Vec<_> = std::fs::read_dir(&dir)
+                .with_context(|| format!("reading {}", dir.display()))?
+                .collect::<std::io::Result<_>>()?;
+            entries.sort_by_key(std::fs::DirEntry::file_name);
+            // Reversed onto the stack, so directories come out in order.
+            let mut subdirs = Vec::new();
+            for e in entries {
+                let path = rel.join(e.file_name());
+                let name = path.to_str().context("non-UTF-8 path in a rootfs")?;
+                let meta = std::fs::symlink_metadata(e.path())?;
+                let mode = meta.permissions().mode() & 0o7777;
+                let ft = meta.file_type();
+                if ft.is_symlink() {
+                    let target = std::fs::read_link(e.path())?;
+                    self.symlink(name, target.to_str().context("non-UTF-8 link")?)?;
+                } else if ft.is_dir() {
+                    self.dir(name, mode)?;
+                    subdirs.push(path);
+                } else if ft.is_file() {
+                    self.file(name, mode, &std::fs::read(e.path())?)?;
+                }
+            }
+            stack.extend(subdirs.into_iter().rev());
+        }
+        Ok(())
     }
 }
 
 /// The directories a container runtime expects to mount over, and a minimal
 /// /etc so `id`, `whoami` and runAsUser work.
-fn base(layer: &mut Layer) -> Result<()> {
+pub fn base(layer: &mut Layer) -> Result<()> {
     for d in ["bin", "dev", "etc", "proc", "root", "sys", "usr", "var"] {
         layer.dir(d, 0o755)?;
     }
@@ -124,8 +170,8 @@ pub fn busybox() -> Result<Image> {
     Ok(Image {
         name: BUSYBOX.into(),
         layer: layer.finish()?,
-        entrypoint: Vec::new(),
         cmd: vec!["sh".into()],
+        ..Image::default()
     })
 }
 
@@ -145,13 +191,18 @@ pub fn pause(work: &Path) -> Result<Image> {
         name: PAUSE.into(),
         layer: layer.finish()?,
         entrypoint: vec!["/pause".into()],
-        cmd: Vec::new(),
+        ..Image::default()
     })
 }
 
 /// The OCI image layout of `image` as a tar archive.
 pub fn oci_archive(image: &Image) -> Result<Vec<u8>> {
     let layer_digest = format!("sha256:{}", sha256_hex(&image.layer));
+    let annotations: serde_json::Map<String, serde_json::Value> = image
+        .annotations
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone().into()))
+        .collect();
     let config = serde_json::to_vec(&json!({
         "architecture": "amd64",
         "os": "linux",
@@ -160,6 +211,7 @@ pub fn oci_archive(image: &Image) -> Result<Vec<u8>> {
             "Entrypoint": image.entrypoint,
             "Cmd": image.cmd,
             "WorkingDir": "/",
+            "Labels": annotations,
         },
         // One uncompressed layer: its diff_id is its digest.
         "rootfs": {"type": "layers", "diff_ids": [layer_digest]},
@@ -178,6 +230,7 @@ pub fn oci_archive(image: &Image) -> Result<Vec<u8>> {
             "digest": layer_digest,
             "size": image.layer.len(),
         }],
+        "annotations": annotations,
     }))?;
     let tag = image.name.rsplit_once(':').map_or("latest", |(_, t)| t);
     let index = serde_json::to_vec(&json!({
@@ -210,6 +263,13 @@ pub fn oci_archive(image: &Image) -> Result<Vec<u8>> {
 pub fn import(socket: &Path, snapshotter: &str, dir: &Path, image: &Image) -> Result<PathBuf> {
     let file = dir.join(format!("{}.oci.tar", image.name.replace(['/', ':'], "_")));
     std::fs::write(&file, oci_archive(image)?)?;
+    import_archive(socket, snapshotter, &file)?;
+    Ok(file)
+}
+
+/// `ctr -n k8s.io images import` of an OCI archive already on disk, as a
+/// user loads an image built by `cargo xtask images`.
+pub fn import_archive(socket: &Path, snapshotter: &str, file: &Path) -> Result<()> {
     run(Command::new("ctr")
         .arg("--address")
         .arg(socket)
@@ -221,9 +281,8 @@ pub fn import(socket: &Path, snapshotter: &str, dir: &Path, image: &Image) -> Re
             "--snapshotter",
             snapshotter,
         ])
-        .arg(&file))
-    .with_context(|| format!("importing {}", image.name))?;
-    Ok(file)
+        .arg(file))
+    .with_context(|| format!("importing {}", file.display()))
 }
 
 #[cfg(test)]
@@ -240,7 +299,7 @@ mod tests {
                 l.finish().unwrap()
             },
             entrypoint: vec!["/x".into()],
-            cmd: Vec::new(),
+            ..Image::default()
         };
         let a = oci_archive(&image).unwrap();
         assert_eq!(a, oci_archive(&image).unwrap());

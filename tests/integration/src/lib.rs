@@ -19,10 +19,13 @@ pub mod agent;
 pub mod api;
 pub mod bench;
 pub mod containerd;
+pub mod debian_rootfs;
+pub mod helm;
 pub mod images;
 pub mod kubelet;
 pub mod manifest;
 pub mod packet_topology;
+pub mod release_images;
 pub mod sweep;
 pub mod topology;
 
