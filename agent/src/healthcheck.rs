@@ -9,9 +9,15 @@
 //! 200 with local endpoints and 503 without, so load balancers configured for
 //! kube-proxy keep working unchanged.
 //!
-//! Listeners come and go with the Services; a port that cannot be bound
-//! (another process holds it) is logged and retried, never fatal, as every
-//! other listener of the agent.
+//! Listeners come and go with the Services. A port that cannot be bound
+//! (another process holds it, e.g. kube-proxy when both run on one node) is
+//! retried every few seconds and reported where the Service's owner looks: a
+//! Warning Event on the Service with kube-proxy's reason
+//! (`FailedToStartServiceHealthcheck`), a gauge per listener and the log. It
+//! never touches the agent's own health: one Service's port must not take
+//! the whole node out of every load balancer. Next to kube-proxy, which
+//! serves these ports itself, the agent runs with
+//! `--health-check-node-ports=false` and has no listeners at all.
 use std::{
     collections::HashMap,
     convert::Infallible,
@@ -30,7 +36,11 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::{net::TcpListener, runtime::Handle, task::JoinHandle};
 use tracing::{debug, info, warn};
 
-use crate::{model::ServiceId, telemetry::Health};
+use crate::{
+    model::ServiceId,
+    report::{Reason, Report, Reports, Stage},
+    telemetry::{Health, Metrics, metrics::ListenerLabel},
+};
 
 /// How long to wait before binding a port again: the holder may be an old
 /// agent or kube-proxy still shutting down.
@@ -41,6 +51,19 @@ const BIND_RETRY: Duration = Duration::from_secs(5);
 /// closed. Load balancers probe every few seconds; a peer that opens
 /// connections and sends nothing must not hold them forever.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Where listeners that cannot bind are reported.
+#[derive(Clone, Default)]
+pub struct Sink {
+    pub reports: Reports,
+    pub metrics: Arc<Metrics>,
+}
+
+impl std::fmt::Debug for Sink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sink").finish_non_exhaustive()
+    }
+}
 
 /// The healthCheckNodePort listeners of this node.
 ///
@@ -59,6 +82,7 @@ struct Server {
     /// The agent's own health: an unhealthy agent reports
     /// `serviceProxyHealthy: false` and 503, as kube-proxy ≥ 1.28 does.
     health: Arc<Health>,
+    sink: Sink,
     services: Mutex<HashMap<ServiceId, Served>>,
 }
 
@@ -86,33 +110,41 @@ struct ServiceHealth {
     id: ServiceId,
     local_endpoints: AtomicUsize,
     proxy: Arc<Health>,
+    sink: Sink,
 }
 
 impl HealthChecks {
     /// Health checks served on 0.0.0.0 and `[::]`, as kube-proxy does with
     /// its default (empty) `--nodeport-addresses`. `health` is the agent's
-    /// own (what `/healthz` reports).
-    pub fn serve_all(health: Arc<Health>) -> Self {
+    /// own (what `/healthz` reports); ports that cannot be bound go to `sink`.
+    pub fn serve_all(health: Arc<Health>, sink: Sink) -> Self {
         Self::serve(
             vec![
                 IpAddr::V4(Ipv4Addr::UNSPECIFIED),
                 IpAddr::V6(Ipv6Addr::UNSPECIFIED),
             ],
             health,
+            sink,
         )
     }
 
     /// Health checks served on each of `bind`. Must be called from inside a
     /// Tokio runtime, which then runs the listeners.
-    pub fn serve(bind: Vec<IpAddr>, health: Arc<Health>) -> Self {
+    pub fn serve(bind: Vec<IpAddr>, health: Arc<Health>, sink: Sink) -> Self {
         Self {
             server: Some(Server {
                 bind,
                 rt: Handle::current(),
                 health,
+                sink,
                 services: Mutex::default(),
             }),
         }
+    }
+
+    /// Whether this serves anything ([`HealthChecks::default`] does not).
+    pub const fn is_serving(&self) -> bool {
+        self.server.is_some()
     }
 
     /// The Service wants a health check on `node_port` reporting `local_endpoints`.
@@ -142,6 +174,7 @@ impl HealthChecks {
             id: svc.clone(),
             local_endpoints: AtomicUsize::new(local_endpoints),
             proxy: server.health.clone(),
+            sink: server.sink.clone(),
         });
         let tasks = server
             .bind
@@ -181,6 +214,11 @@ impl Server {
 
 /// Binds `addr` (retrying while it is taken) and answers probes until aborted.
 async fn listen(addr: SocketAddr, state: Arc<ServiceHealth>) {
+    let mut unbound = Unbound {
+        state: &state,
+        addr,
+        reported: false,
+    };
     let listener = loop {
         match bind(addr) {
             Ok(l) => break l,
@@ -190,16 +228,12 @@ async fn listen(addr: SocketAddr, state: Arc<ServiceHealth>) {
                 return;
             }
             Err(e) => {
-                warn!(
-                    service = %state.id,
-                    port = addr.port(),
-                    %addr,
-                    "cannot serve health check: {e}; retrying in {BIND_RETRY:?}"
-                );
+                unbound.failed(&e);
                 tokio::time::sleep(BIND_RETRY).await;
             }
         }
     };
+    drop(unbound);
     info!(service = %state.id, %addr, "serving health check");
     // The connections live in this set: when the listener task is aborted
     // (Service removed, port moved) the set is dropped and every keep-alive
@@ -237,6 +271,65 @@ async fn listen(addr: SocketAddr, state: Arc<ServiceHealth>) {
                 debug!(%peer, "health check connection: {e}");
             }
         });
+    }
+}
+
+/// A listener that has not bound yet. Once it reported a failure, dropping it
+/// (bound at last, or aborted because the Service went) withdraws the report.
+struct Unbound<'a> {
+    state: &'a ServiceHealth,
+    addr: SocketAddr,
+    reported: bool,
+}
+
+impl Unbound<'_> {
+    fn label(&self) -> ListenerLabel {
+        ListenerLabel {
+            namespace: self.state.id.namespace.clone(),
+            service: self.state.id.name.clone(),
+            address: self.addr.to_string(),
+        }
+    }
+
+    fn failed(&mut self, e: &io::Error) {
+        let (id, port) = (&self.state.id, self.addr.port());
+        warn!(service = %id, port, addr = %self.addr, "cannot serve health check: {e}; retrying in {BIND_RETRY:?}");
+        let sink = &self.state.sink;
+        sink.metrics
+            .health_check_unbound
+            .get_or_create(&self.label())
+            .set(1);
+        self.reported = true;
+        // Without the address: the IPv4 and IPv6 listeners of one port fail
+        // alike, and the Event filter keeps one Event per distinct message.
+        let holder = if e.kind() == io::ErrorKind::AddrInUse {
+            "; another process holds the port (kube-proxy, if it still runs on this node: \
+             there, run the agent with --health-check-node-ports=false)"
+        } else {
+            ""
+        };
+        sink.reports.send(Report::Failed {
+            service: id.clone(),
+            reason: Reason::FailedToStartServiceHealthcheck,
+            message: format!(
+                "healthCheckNodePort {port} cannot be served: {e}{holder}. Load balancers \
+                 probing this node for the Service get no answer; retrying every {}s",
+                BIND_RETRY.as_secs()
+            ),
+        });
+    }
+}
+
+impl Drop for Unbound<'_> {
+    fn drop(&mut self) {
+        if self.reported {
+            let sink = &self.state.sink;
+            sink.metrics.health_check_unbound.remove(&self.label());
+            sink.reports.send(Report::Recovered {
+                service: self.state.id.clone(),
+                stage: Stage::HealthCheck,
+            });
+        }
     }
 }
 
@@ -342,16 +435,24 @@ mod tests {
         assert_eq!(v["serviceProxyHealthy"], false);
     }
 
-    #[test]
-    fn default_is_inert() {
+    #[tokio::test]
+    async fn default_is_inert() {
         let hc = HealthChecks::default();
-        hc.set(&ServiceId::new("a", "b"), 1, 1);
+        assert!(!hc.is_serving());
+        let port = free_port();
+        hc.set(&ServiceId::new("a", "b"), port, 1);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(get(port).await.is_none(), "nothing listens on {port}");
         hc.remove(&ServiceId::new("a", "b"));
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn serves_counts_and_stops() {
-        let hc = HealthChecks::serve(vec![IpAddr::V4(Ipv4Addr::LOCALHOST)], synced());
+        let hc = HealthChecks::serve(
+            vec![IpAddr::V4(Ipv4Addr::LOCALHOST)],
+            synced(),
+            Sink::default(),
+        );
         let id = ServiceId::new("default", "lb");
         let port = free_port();
 
@@ -382,7 +483,11 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn unhealthy_agent_fails_every_check() {
         let health = synced();
-        let hc = HealthChecks::serve(vec![IpAddr::V4(Ipv4Addr::LOCALHOST)], health.clone());
+        let hc = HealthChecks::serve(
+            vec![IpAddr::V4(Ipv4Addr::LOCALHOST)],
+            health.clone(),
+            Sink::default(),
+        );
         let id = ServiceId::new("default", "sick");
         let port = free_port();
         hc.set(&id, port, 2);
@@ -400,7 +505,11 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn removing_a_service_closes_its_keepalive_connections() {
-        let hc = HealthChecks::serve(vec![IpAddr::V4(Ipv4Addr::LOCALHOST)], synced());
+        let hc = HealthChecks::serve(
+            vec![IpAddr::V4(Ipv4Addr::LOCALHOST)],
+            synced(),
+            Sink::default(),
+        );
         let id = ServiceId::new("default", "ka");
         let port = free_port();
         hc.set(&id, port, 1);
@@ -434,17 +543,69 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn busy_port_is_retried_not_fatal() {
+    async fn busy_port_is_reported_on_the_service_not_the_node() {
         let blocker = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = blocker.local_addr().unwrap().port();
-        let hc = HealthChecks::serve(vec![IpAddr::V4(Ipv4Addr::LOCALHOST)], synced());
+        let (reports, mut rx) = Reports::channel(16);
+        let sink = Sink {
+            reports,
+            metrics: Arc::default(),
+        };
+        let health = synced();
+        let hc = HealthChecks::serve(
+            vec![IpAddr::V4(Ipv4Addr::LOCALHOST)],
+            health.clone(),
+            sink.clone(),
+        );
         let id = ServiceId::new("default", "busy");
         hc.set(&id, port, 1);
-        // The other Service still gets its listener.
+
+        let report = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+            .await
+            .expect("a report")
+            .unwrap();
+        let Report::Failed {
+            service,
+            reason,
+            message,
+        } = report
+        else {
+            panic!("{report:?}");
+        };
+        assert_eq!(service, id);
+        assert_eq!(reason, Reason::FailedToStartServiceHealthcheck);
+        assert!(
+            message.contains(&format!("healthCheckNodePort {port}")),
+            "{message}"
+        );
+        assert!(
+            message.contains("--health-check-node-ports=false"),
+            "{message}"
+        );
+        let gauge = format!(
+            "weir_health_check_node_port_unbound{{namespace=\"default\",service=\"busy\",address=\"127.0.0.1:{port}\"}} 1"
+        );
+        assert!(sink.metrics.encode().contains(&gauge), "{gauge}");
+        // The node stays healthy, and the other Service gets its listener.
+        assert!(health.status().healthy);
         let other = free_port();
         hc.set(&ServiceId::new("default", "free"), other, 1);
         assert!(get_eventually(other).await.starts_with("HTTP/1.0 200"));
+
+        // The Service goes: its failure is withdrawn with it.
         hc.remove(&id);
+        let recovered = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+            .await
+            .expect("a report")
+            .unwrap();
+        assert_eq!(
+            recovered,
+            Report::Recovered {
+                service: id,
+                stage: Stage::HealthCheck
+            }
+        );
+        assert!(!sink.metrics.encode().contains("service=\"busy\""));
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

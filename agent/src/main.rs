@@ -2,7 +2,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context as _, Result};
 use clap::{Parser, Subcommand, ValueEnum};
-use std::{net::SocketAddr, sync::Arc};
+use std::sync::Arc;
 use tokio::sync::mpsc;
 use tracing::{error, info, warn};
 
@@ -15,7 +15,7 @@ use weir_agent::{
     controller::{Controller, Hooks},
     ct_gc::{self, CtGc},
     datapath::{Acceleration, Datapath, LoadOptions, devices, kernel, pins::Pins},
-    healthcheck::HealthChecks,
+    healthcheck::{self, HealthChecks},
     inspect,
     maps::{LbMaps as _, pinned::PinnedMaps},
     model::NodeInfo,
@@ -27,7 +27,11 @@ use weir_agent::{
     source::kube::{Connection, KubeSource},
     source::manifests,
     store::{Change, Store, StoreOptions},
-    telemetry::{self, Health, Metrics, http::Routes, metrics::ProtoLabel},
+    telemetry::{
+        Health, Metrics,
+        http::{self, Routes},
+        metrics::ProtoLabel,
+    },
 };
 
 /// Weir's node agent: replaces kube-proxy with eBPF socket load balancing.
@@ -70,6 +74,11 @@ struct RunArgs {
     /// /healthz fails when a change has waited this long to reach the maps.
     #[arg(long, value_name = "DURATION", default_value = "60s")]
     healthz_timeout: humantime::Duration,
+    /// Serve the healthCheckNodePorts of externalTrafficPolicy: Local
+    /// Services. false where another component serves them, e.g. kube-proxy
+    /// on the same node during a migration (both would want the same ports).
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
+    health_check_node_ports: bool,
     /// cgroup v2 directory the socket programs attach to; sockets of processes
     /// in it and below are load balanced.
     #[arg(long, value_name = "PATH", default_value = "/sys/fs/cgroup")]
@@ -405,25 +414,19 @@ fn run(args: RunArgs) -> Result<()> {
 async fn run_async(args: RunArgs, node: String) -> Result<()> {
     let metrics = Arc::new(Metrics::new());
     let health = Arc::new(Health::new(args.healthz_timeout.into()));
-    for (addr, routes, flag) in [
-        (
-            &args.metrics_addr,
-            Routes::Metrics(metrics.clone()),
-            "--metrics-addr",
-        ),
-        (
-            &args.healthz_addr,
-            Routes::Health(health.clone(), metrics.clone()),
-            "--healthz-addr",
-        ),
-    ] {
-        if addr.is_empty() {
-            continue;
-        }
-        let addr: SocketAddr = addr
-            .parse()
-            .with_context(|| format!("{flag} {addr:?} is not ip:port"))?;
-        tokio::spawn(telemetry::http::serve(addr, routes));
+    // Before the datapath loads: an agent that cannot serve what it was told
+    // to (kube-proxy holds the ports) exits without having taken any traffic
+    // from kube-proxy.
+    let (metrics_listener, healthz_listener) = tokio::try_join!(
+        http::bind_flag("--metrics-addr", &args.metrics_addr),
+        http::bind_flag("--healthz-addr", &args.healthz_addr),
+    )?;
+    if let Some(l) = metrics_listener {
+        tokio::spawn(http::serve(l, Routes::Metrics(metrics.clone())));
+    }
+    if let Some(l) = healthz_listener {
+        let routes = Routes::Health(health.clone(), metrics.clone());
+        tokio::spawn(http::serve(l, routes));
     }
 
     let packet = &args.packet;
@@ -532,11 +535,22 @@ async fn run_async(args: RunArgs, node: String) -> Result<()> {
             node_port_range: packet.nodeport_range.0..=packet.nodeport_range.1,
         },
     );
-    let mut hooks = Hooks {
+    let (reports, report_rx) = Reports::channel(1024);
+    // Standalone mode has no API server to write Events to.
+    let reports = if args.manifests.is_some() {
+        Reports::none()
+    } else {
+        reports
+    };
+    let sink = healthcheck::Sink {
+        reports: reports.clone(),
+        metrics: metrics.clone(),
+    };
+    let hooks = Hooks {
         metrics: metrics.clone(),
         health: health.clone(),
-        reports: Reports::none(),
-        health_checks: Arc::new(HealthChecks::serve_all(health.clone())),
+        reports: reports.clone(),
+        health_checks: Arc::new(health_checks(&args, &health, sink)),
         sockets: Arc::new(sockets),
     };
     let source = match &args.manifests {
@@ -550,8 +564,6 @@ async fn run_async(args: RunArgs, node: String) -> Result<()> {
                 .client()
                 .await
                 .context("connecting to the API server")?;
-            let (reports, report_rx) = Reports::channel(1024);
-            hooks.reports = reports.clone();
             let (services, writer) = reflector::store();
             let recorder = Recorder::new(
                 client.clone(),
@@ -596,6 +608,18 @@ async fn run_async(args: RunArgs, node: String) -> Result<()> {
     // until the next agent takes over.
     info!("stopping; datapath left in place");
     Ok(())
+}
+
+/// The healthCheckNodePort listeners, unless another component serves them.
+fn health_checks(args: &RunArgs, health: &Arc<Health>, sink: healthcheck::Sink) -> HealthChecks {
+    if args.health_check_node_ports {
+        HealthChecks::serve_all(health.clone(), sink)
+    } else {
+        info!(
+            "--health-check-node-ports=false: healthCheckNodePorts are left to another component"
+        );
+        HealthChecks::default()
+    }
 }
 
 /// How often the node addresses are read again when no change was announced
@@ -733,6 +757,16 @@ mod tests {
         ] {
             assert!(Cli::try_parse_from(["weir-agent", bad]).is_err(), "{bad}");
         }
+    }
+
+    #[tokio::test]
+    async fn health_check_node_ports_can_be_left_to_kube_proxy() {
+        let health = Arc::new(Health::new(std::time::Duration::from_secs(60)));
+        let on = run_args(&[]);
+        assert!(on.health_check_node_ports);
+        assert!(health_checks(&on, &health, healthcheck::Sink::default()).is_serving());
+        let off = run_args(&["--health-check-node-ports=false"]);
+        assert!(!health_checks(&off, &health, healthcheck::Sink::default()).is_serving());
     }
 
     #[test]

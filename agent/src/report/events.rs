@@ -71,7 +71,7 @@ pub async fn run(recorder: Recorder, services: Store<Service>, mut rx: mpsc::Rec
             type_: EventType::Warning,
             reason: reason.as_str().into(),
             note: Some(note),
-            action: "Program".into(),
+            action: reason.action().into(),
             secondary: None,
         };
         match recorder.publish(&event, &reference).await {

@@ -24,6 +24,8 @@ pub enum Reason {
     FrontendConflict,
     TooManyBackends,
     ProgrammingFailed,
+    /// kube-proxy's reason when a healthCheckNodePort cannot be listened on.
+    FailedToStartServiceHealthcheck,
 }
 
 /// Which part of the agent a failure belongs to: a Service can be valid again
@@ -32,12 +34,15 @@ pub enum Reason {
 pub enum Stage {
     Validation,
     Programming,
+    /// The Service's healthCheckNodePort listener.
+    HealthCheck,
 }
 
 impl Reason {
     pub const fn stage(self) -> Stage {
         match self {
             Self::InvalidService | Self::InvalidEndpointSlice => Stage::Validation,
+            Self::FailedToStartServiceHealthcheck => Stage::HealthCheck,
             _ => Stage::Programming,
         }
     }
@@ -50,6 +55,16 @@ impl Reason {
             Self::FrontendConflict => "FrontendConflict",
             Self::TooManyBackends => "TooManyBackends",
             Self::ProgrammingFailed => "ProgrammingFailed",
+            Self::FailedToStartServiceHealthcheck => "FailedToStartServiceHealthcheck",
+        }
+    }
+
+    /// The Event's `action`: what the agent was doing (kube-proxy's `Listen`
+    /// for health checks).
+    pub const fn action(self) -> &'static str {
+        match self {
+            Self::FailedToStartServiceHealthcheck => "Listen",
+            _ => "Program",
         }
     }
 }

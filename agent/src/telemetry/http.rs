@@ -1,17 +1,99 @@
 //! The two small HTTP servers: metrics on `--metrics-addr` and kube-proxy's
-//! health endpoints on `--healthz-addr`. A port that cannot be bound is logged
-//! and retried, as kube-proxy does; it never stops the datapath.
-use std::{convert::Infallible, net::SocketAddr, sync::Arc, time::Duration};
+//! health endpoints on `--healthz-addr`.
+//!
+//! Both are bound before anything else starts, and a port that stays taken
+//! stops the agent (kube-proxy's `--bind-address-hard-fail`, on by default
+//! here). Retrying forever, as kube-proxy does without that flag, hides the
+//! failure: next to kube-proxy on the host network, the kubelet's probe of
+//! 10256 reaches kube-proxy's `/healthz` and the agent looks Ready while its
+//! own server is down. An exit makes the pod CrashLoopBackOff, which no probe
+//! can mask.
+use std::{convert::Infallible, io, net::SocketAddr, sync::Arc, time::Duration};
 
 use http_body_util::Full;
 use hyper::{Method, Request, Response, StatusCode, body::Bytes, header};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
-use tracing::{debug, error, info};
+use tracing::{debug, error, info, warn};
 
 use super::{Health, Metrics, metrics::CodeLabel};
 
-const BIND_RETRY: Duration = Duration::from_secs(5);
+/// How long a listener given on the command line may stay taken before the
+/// agent gives up.
+#[derive(Clone, Copy, Debug)]
+pub struct BindRetry {
+    pub attempts: u32,
+    pub interval: Duration,
+}
+
+impl BindRetry {
+    /// About 10 s: long enough for a previous agent (or a kube-proxy being
+    /// deleted) to let go of the port, short enough that a holder that stays
+    /// is reported within one probe period or two.
+    pub const STARTUP: Self = Self {
+        attempts: 5,
+        interval: Duration::from_millis(2500),
+    };
+}
+
+/// A listener the agent was told to serve and cannot.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot bind {flag} {addr}: {io}{}", hint(.flag, .addr, .io, .attempts, .waited))]
+pub struct BindError {
+    pub flag: &'static str,
+    pub addr: SocketAddr,
+    pub attempts: u32,
+    pub waited: Duration,
+    /// Part of the message, not a `source()`: the hint depends on it.
+    pub io: io::Error,
+}
+
+fn hint(flag: &str, addr: &SocketAddr, e: &io::Error, attempts: &u32, waited: &Duration) -> String {
+    match e.kind() {
+        io::ErrorKind::AddrInUse => format!(
+            " (still taken after {attempts} attempts over {}). Another process holds port {port}: \
+             on a node that still runs kube-proxy, that is kube-proxy, which serves /healthz on \
+             10256 and metrics on 10249. To run beside kube-proxy, install the Helm chart with \
+             kubeProxyCoexistence.enabled=true (other ports, no healthCheckNodePorts); otherwise \
+             give {flag} a free port or stop the other process (ss -ltnp 'sport = :{port}' names it)",
+            humantime::format_duration(*waited),
+            port = addr.port(),
+        ),
+        io::ErrorKind::AddrNotAvailable => {
+            format!(" ({} is not an address of this node)", addr.ip())
+        }
+        _ => String::new(),
+    }
+}
+
+/// Binds `addr` for `flag`, retrying while another process holds it (only
+/// then: no other error goes away by waiting).
+pub async fn bind(
+    flag: &'static str,
+    addr: SocketAddr,
+    retry: BindRetry,
+) -> Result<TcpListener, BindError> {
+    let mut attempt = 1;
+    loop {
+        match TcpListener::bind(addr).await {
+            Ok(l) => return Ok(l),
+            Err(e) if e.kind() == io::ErrorKind::AddrInUse && attempt < retry.attempts => {
+                warn!(%addr, "{flag} {addr} is taken ({e}); attempt {attempt} of {}, retrying in {:?}", retry.attempts, retry.interval);
+                tokio::time::sleep(retry.interval).await;
+                attempt += 1;
+            }
+            Err(io) => {
+                return Err(BindError {
+                    flag,
+                    addr,
+                    attempts: attempt,
+                    waited: retry.interval * (attempt - 1),
+                    io,
+                });
+            }
+        }
+    }
+}
 
 #[derive(Clone)]
 pub enum Routes {
@@ -30,20 +112,31 @@ impl Routes {
     }
 }
 
-/// Serves until the task is dropped.
-pub async fn serve(addr: SocketAddr, routes: Routes) {
-    let what = routes.what();
-    let listener = loop {
-        match TcpListener::bind(addr).await {
-            Ok(l) => break l,
-            Err(e) => {
-                error!(%addr, "cannot serve {what}: {e}; retrying in {BIND_RETRY:?}");
-                tokio::time::sleep(BIND_RETRY).await;
-            }
+/// The listener for `flag` given as `value` ("ip:port"; empty: none), bound
+/// with [`BindRetry::STARTUP`]. A failure is logged here too, so it shows in
+/// the agent's log format and not only in the exit message.
+pub async fn bind_flag(flag: &'static str, value: &str) -> anyhow::Result<Option<TcpListener>> {
+    if value.is_empty() {
+        return Ok(None);
+    }
+    let addr: SocketAddr = value
+        .parse()
+        .map_err(|_| anyhow::anyhow!("{flag} {value:?} is not ip:port"))?;
+    match bind(flag, addr, BindRetry::STARTUP).await {
+        Ok(l) => Ok(Some(l)),
+        Err(e) => {
+            error!("{e}");
+            Err(e.into())
         }
-    };
-    let local = listener.local_addr().unwrap_or(addr);
-    info!(addr = %local, "serving {what}");
+    }
+}
+
+/// Serves on `listener` (from [`bind`]) until the task is dropped.
+pub async fn serve(listener: TcpListener, routes: Routes) {
+    let what = routes.what();
+    if let Ok(local) = listener.local_addr() {
+        info!(addr = %local, "serving {what}");
+    }
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(c) => c,
@@ -121,4 +214,89 @@ fn plain(code: StatusCode, body: &'static str) -> Response<Full<Bytes>> {
         .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
         .body(Full::new(Bytes::from_static(body.as_bytes())))
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const QUICK: BindRetry = BindRetry {
+        attempts: 3,
+        interval: Duration::from_millis(10),
+    };
+
+    #[tokio::test]
+    async fn taken_port_fails_naming_flag_address_and_fix() {
+        let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = holder.local_addr().unwrap();
+        let e = bind("--healthz-addr", addr, QUICK).await.unwrap_err();
+        assert_eq!(e.io.kind(), io::ErrorKind::AddrInUse);
+        assert_eq!(e.attempts, 3);
+        let msg = e.to_string();
+        for want in [
+            &format!("cannot bind --healthz-addr {addr}: "),
+            "after 3 attempts over 20ms",
+            &format!("Another process holds port {}", addr.port()),
+            "kube-proxy",
+            "kubeProxyCoexistence.enabled=true",
+            "give --healthz-addr a free port",
+        ] {
+            assert!(msg.contains(want), "{want:?} missing from: {msg}");
+        }
+    }
+
+    #[tokio::test]
+    async fn port_freed_while_retrying_is_taken() {
+        let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = holder.local_addr().unwrap();
+        // The previous agent exits during the second wait.
+        let exiting = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            drop(holder);
+        });
+        let patient = BindRetry {
+            attempts: 50,
+            interval: Duration::from_millis(20),
+        };
+        let l = bind("--metrics-addr", addr, patient).await.unwrap();
+        assert_eq!(l.local_addr().unwrap(), addr);
+        exiting.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn address_not_on_the_node_fails_at_once() {
+        // TEST-NET-1: on no interface here, and waiting does not change that.
+        let addr: SocketAddr = "192.0.2.1:0".parse().unwrap();
+        let Err(e) = bind("--metrics-addr", addr, BindRetry::STARTUP).await else {
+            return; // net.ipv4.ip_nonlocal_bind is on here
+        };
+        assert_eq!(e.attempts, 1);
+        let msg = e.to_string();
+        assert!(msg.contains("--metrics-addr 192.0.2.1:0"), "{msg}");
+        assert!(msg.contains("not an address of this node"), "{msg}");
+    }
+
+    #[tokio::test]
+    async fn empty_flag_is_no_listener_and_garbage_is_named() {
+        assert!(bind_flag("--metrics-addr", "").await.unwrap().is_none());
+        let e = bind_flag("--metrics-addr", "localhost").await.unwrap_err();
+        assert_eq!(e.to_string(), "--metrics-addr \"localhost\" is not ip:port");
+    }
+
+    #[tokio::test]
+    async fn serves_health_on_a_bound_listener() {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let l = bind("--healthz-addr", "127.0.0.1:0".parse().unwrap(), QUICK)
+            .await
+            .unwrap();
+        let addr = l.local_addr().unwrap();
+        let health = Arc::new(Health::new(Duration::from_secs(60)));
+        let task = tokio::spawn(serve(l, Routes::Health(health, Arc::default())));
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        s.write_all(b"GET /livez HTTP/1.0\r\n\r\n").await.unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        assert!(out.starts_with("HTTP/1.0 "), "{out}");
+        task.abort();
+    }
 }

@@ -39,6 +39,14 @@ pub struct ProtoLabel {
     pub proto: String,
 }
 
+/// One listener of a Service's healthCheckNodePort (`address` is ip:port).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ListenerLabel {
+    pub namespace: String,
+    pub service: String,
+    pub address: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CodeLabel {
     pub code: String,
@@ -72,6 +80,9 @@ pub struct Metrics {
     pub conntrack_entries: Family<ProtoLabel, Gauge>,
     /// Expired conntrack entries the GC deleted.
     pub conntrack_gc_deleted: Counter,
+    /// 1 per healthCheckNodePort listener that cannot bind; the series goes
+    /// when it binds or the Service stops needing it.
+    pub health_check_unbound: Family<ListenerLabel, Gauge>,
 }
 
 impl Default for Metrics {
@@ -107,6 +118,7 @@ impl Metrics {
             livez: Family::default(),
             conntrack_entries: Family::default(),
             conntrack_gc_deleted: Counter::default(),
+            health_check_unbound: Family::default(),
         };
         let r = &mut registry;
         r.register(
@@ -195,6 +207,11 @@ impl Metrics {
             "Expired conntrack entries deleted by the GC",
             this.conntrack_gc_deleted.clone(),
         );
+        r.register(
+            "health_check_node_port_unbound",
+            "healthCheckNodePort listeners that cannot bind (another process holds the port), by Service",
+            this.health_check_unbound.clone(),
+        );
         Self { registry, ..this }
     }
 
@@ -248,6 +265,13 @@ mod tests {
             })
             .set(7);
         m.conntrack_gc_deleted.inc_by(2);
+        m.health_check_unbound
+            .get_or_create(&ListenerLabel {
+                namespace: "default".into(),
+                service: "lb".into(),
+                address: "0.0.0.0:32000".into(),
+            })
+            .set(1);
         let text = m.encode();
         for name in [
             "weir_sync_duration_seconds_bucket",
@@ -257,6 +281,7 @@ mod tests {
             "weir_map_operations_total 5",
             "weir_conntrack_entries{proto=\"tcp\"} 7",
             "weir_conntrack_gc_deleted_total 2",
+            "weir_health_check_node_port_unbound{namespace=\"default\",service=\"lb\",address=\"0.0.0.0:32000\"} 1",
             "weir_map_entries{map=\"WEIR_SVC\"} 3",
             "weir_map_capacity{map=\"WEIR_SVC\"} 12",
             "weir_map_pressure{map=\"WEIR_SVC\"} 0.25",

@@ -45,6 +45,23 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | 
 {{- end -}}
 {{- end -}}
 
+{{/* The ports the agent serves: kube-proxy's while Weir replaces it, others beside it. */}}
+{{- define "weir.healthzPort" -}}
+{{- if .Values.kubeProxyCoexistence.enabled -}}
+{{- .Values.kubeProxyCoexistence.healthzPort | int64 -}}
+{{- else -}}
+{{- .Values.healthz.port | int64 -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "weir.metricsPort" -}}
+{{- if .Values.kubeProxyCoexistence.enabled -}}
+{{- .Values.kubeProxyCoexistence.metricsPort | int64 -}}
+{{- else -}}
+{{- .Values.metrics.port | int64 -}}
+{{- end -}}
+{{- end -}}
+
 {{/* Cross-field checks the schema cannot express. */}}
 {{- define "weir.validate" -}}
 {{- $range := splitList "-" .Values.nodePortRange -}}
@@ -59,7 +76,21 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | 
 {{- if or (gt $slo $shi) (gt $shi 65535) -}}
 {{- fail (printf "snatPortRange %q: want LOW-HIGH with LOW <= HIGH <= 65535" .Values.snatPortRange) -}}
 {{- end -}}
-{{- if and .Values.metrics.enabled (eq (.Values.metrics.port | int64) (.Values.healthz.port | int64)) -}}
+{{- $coexist := .Values.kubeProxyCoexistence -}}
+{{- if $coexist.enabled -}}
+{{- if eq ($coexist.healthzPort | int64) 10256 -}}
+{{- fail "kubeProxyCoexistence.healthzPort is 10256, kube-proxy's /healthz port: the agent could not bind it beside kube-proxy; pick a free port (default 10356)" -}}
+{{- end -}}
+{{- if and .Values.metrics.enabled (eq ($coexist.metricsPort | int64) 10249) -}}
+{{- fail "kubeProxyCoexistence.metricsPort is 10249, kube-proxy's metrics port: the agent could not bind it beside kube-proxy; pick a free port (default 10349)" -}}
+{{- end -}}
+{{- if and .Values.metrics.enabled (eq ($coexist.metricsPort | int64) ($coexist.healthzPort | int64)) -}}
+{{- fail (printf "kubeProxyCoexistence.metricsPort and kubeProxyCoexistence.healthzPort are both %d: they need their own ports" ($coexist.healthzPort | int64)) -}}
+{{- end -}}
+{{- if and .Values.cleanupKubeProxy.enabled (not .Values.cleanupKubeProxy.dryRun) -}}
+{{- fail "cleanupKubeProxy.enabled with kubeProxyCoexistence.enabled: the cleanup would remove the rules of a kube-proxy that still runs (and serves NodePorts). Delete the kube-proxy DaemonSet, then set kubeProxyCoexistence.enabled=false in the same upgrade as the cleanup (cleanupKubeProxy.dryRun=true previews it safely)" -}}
+{{- end -}}
+{{- else if and .Values.metrics.enabled (eq (.Values.metrics.port | int64) (.Values.healthz.port | int64)) -}}
 {{- fail (printf "metrics.port and healthz.port are both %d: they need their own ports" (.Values.healthz.port | int64)) -}}
 {{- end -}}
 {{- if .Values.serviceMonitor.enabled -}}
