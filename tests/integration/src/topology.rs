@@ -339,13 +339,26 @@ impl Drop for Cgroup {
     }
 }
 
-/// A private bpffs instance: pins in it vanish with the mount.
+/// A private bpffs instance: pins in it vanish with the mount. It is mounted
+/// at `<work>/bpf`, and its guard removes `<work>` once unmounted; `<work>` must
+/// lie in a harness directory (named with [`DIR_PREFIX`]), so no guard can
+/// remove anything the test does not own (a bpffs at /tmp/x once took /tmp).
 pub struct Bpffs {
     pub dir: PathBuf,
 }
 
 impl Bpffs {
     pub fn mount(dir: PathBuf) -> Result<Self> {
+        let owned = dir.parent().is_some_and(|p| {
+            p.components()
+                .any(|c| c.as_os_str().to_str().is_some_and(|n| n.starts_with(DIR_PREFIX)))
+        });
+        anyhow::ensure!(
+            owned,
+            "bpffs at {}: its parent must be in a {DIR_PREFIX}* work directory, since its guard \
+             removes the parent",
+            dir.display()
+        );
         std::fs::create_dir_all(&dir)?;
         run(Command::new("mount").args(["-t", "bpf", "bpf"]).arg(&dir))?;
         Ok(Self { dir })
