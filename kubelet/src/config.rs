@@ -27,6 +27,9 @@ pub struct Config {
     pub cluster_dns: Vec<IpAddr>,
     /// `None`: pods get no cluster search domains.
     pub cluster_domain: Option<String>,
+    /// The node's resolver config for pods that do not use the cluster's;
+    /// empty (`resolvConf: ""`) gives them the node's loopback instead.
+    pub resolv_conf: PathBuf,
     pub node_status_update_frequency: Duration,
     pub node_lease_duration: Duration,
     /// The CRI socket's path (the endpoint is always `unix://`).
@@ -144,6 +147,7 @@ struct Raw {
     #[serde(rename = "clusterDNS")]
     cluster_dns: Option<Vec<String>>,
     cluster_domain: Option<String>,
+    resolv_conf: Option<String>,
     node_status_update_frequency: Option<String>,
     node_lease_duration_seconds: Option<i64>,
     container_runtime_endpoint: Option<String>,
@@ -370,6 +374,7 @@ fn validate(raw: Raw) -> Result<Config, Vec<FieldError>> {
         file_check_frequency,
         cluster_dns,
         cluster_domain,
+        resolv_conf: PathBuf::from(raw.resolv_conf.as_deref().unwrap_or("/etc/resolv.conf")),
         node_status_update_frequency,
         node_lease_duration: Duration::from_secs(lease as u64),
         container_runtime_endpoint,
@@ -527,6 +532,7 @@ mod tests {
         assert_eq!(c.file_check_frequency, Duration::from_secs(20));
         assert!(c.cluster_dns.is_empty());
         assert_eq!(c.cluster_domain, None);
+        assert_eq!(c.resolv_conf, PathBuf::from("/etc/resolv.conf"));
         assert_eq!(c.node_status_update_frequency, Duration::from_secs(10));
         assert_eq!(c.node_lease_duration, Duration::from_secs(40));
         assert_eq!(c.lease_renew_interval(), Duration::from_secs(10));
@@ -550,9 +556,11 @@ mod tests {
              nodeStatusUpdateFrequency: 500ms\nnodeLeaseDurationSeconds: 60\n\
              containerRuntimeEndpoint: unix:///tmp/c.sock\nmaxPods: 20\n\
              authentication:\n  x509:\n    clientCAFile: /ca.crt\n  anonymous:\n    enabled: false\n\
-             tlsCertFile: /tls.crt\ntlsPrivateKeyFile: /tls.key\nreadOnlyPort: 10255\n",
+             tlsCertFile: /tls.crt\ntlsPrivateKeyFile: /tls.key\nreadOnlyPort: 10255\n\
+             resolvConf: ''\n",
         )
         .unwrap();
+        assert_eq!(c.resolv_conf, PathBuf::new());
         assert_eq!(c.address, "10.0.0.5".parse::<IpAddr>().unwrap());
         assert_eq!(c.port, 10251);
         assert_eq!(c.healthz_port, None);

@@ -46,8 +46,9 @@ pub fn version(v: pb::VersionResponse) -> RuntimeVersion {
     }
 }
 
-/// The namespaces the sandbox and each of its containers share: kubelet's
-/// defaults for v1 pods (a private pid namespace per container).
+/// The namespaces the sandbox and each of its containers share, as the
+/// kubelet's `namespacesForPod`: a private pid namespace per container unless
+/// the pod shares one or uses the node's.
 fn namespaces(s: &SandboxSecurity) -> pb::NamespaceOption {
     let pod_or = |node: bool| {
         if node {
@@ -56,18 +57,60 @@ fn namespaces(s: &SandboxSecurity) -> pb::NamespaceOption {
             pb::NamespaceMode::Pod
         }
     };
+    let pid = if s.host_pid {
+        pb::NamespaceMode::Node
+    } else if s.share_process_namespace {
+        pb::NamespaceMode::Pod
+    } else {
+        pb::NamespaceMode::Container
+    };
     pb::NamespaceOption {
         network: pod_or(s.host_network) as i32,
-        pid: if s.share_process_namespace {
-            pb::NamespaceMode::Pod
-        } else {
-            pb::NamespaceMode::Container
-        } as i32,
-        ipc: pb::NamespaceMode::Pod as i32,
+        pid: pid as i32,
+        ipc: pod_or(s.host_ipc) as i32,
         ..Default::default()
     }
 }
 
+fn selinux(o: &Option<SeLinuxOptions>) -> Option<pb::SeLinuxOption> {
+    o.as_ref().map(|o| pb::SeLinuxOption {
+        user: o.user.clone(),
+        role: o.role.clone(),
+        r#type: o.type_.clone(),
+        level: o.level.clone(),
+    })
+}
+
+fn profile(p: &Option<SecurityProfile>) -> Option<pb::SecurityProfile> {
+    use pb::security_profile::ProfileType;
+    p.as_ref().map(|p| {
+        let (t, localhost_ref) = match p {
+            SecurityProfile::RuntimeDefault => (ProfileType::RuntimeDefault, String::new()),
+            SecurityProfile::Unconfined => (ProfileType::Unconfined, String::new()),
+            SecurityProfile::Localhost(r) => (ProfileType::Localhost, r.clone()),
+        };
+        pb::SecurityProfile {
+            profile_type: t as i32,
+            localhost_ref,
+        }
+    })
+}
+
+/// The deprecated string forms, which runtimes older than the structured
+/// fields (and containerd 1.6 as a fallback) read: `runtime/default`,
+/// `unconfined`, `localhost/<ref>`.
+fn legacy_profile(p: &Option<SecurityProfile>) -> String {
+    match p {
+        None => String::new(),
+        Some(SecurityProfile::RuntimeDefault) => "runtime/default".into(),
+        Some(SecurityProfile::Unconfined) => "unconfined".into(),
+        Some(SecurityProfile::Localhost(r)) => format!("localhost/{r}"),
+    }
+}
+
+// The deprecated profile strings go along with the structured fields: see
+// `legacy_profile`.
+#[allow(deprecated)]
 pub fn sandbox_config(c: &SandboxConfig) -> pb::PodSandboxConfig {
     pb::PodSandboxConfig {
         metadata: Some(pb::PodSandboxMetadata {
@@ -103,9 +146,17 @@ pub fn sandbox_config(c: &SandboxConfig) -> pb::PodSandboxConfig {
             cgroup_parent: c.cgroup_parent.clone().unwrap_or_default(),
             security_context: Some(pb::LinuxSandboxSecurityContext {
                 namespace_options: Some(namespaces(&c.security)),
+                selinux_options: selinux(&c.security.selinux),
                 run_as_user: c.security.run_as_user.map(|value| pb::Int64Value { value }),
+                run_as_group: c
+                    .security
+                    .run_as_group
+                    .map(|value| pb::Int64Value { value }),
+                supplemental_groups: c.security.supplemental_groups.clone(),
                 readonly_rootfs: c.security.readonly_rootfs,
                 privileged: c.security.privileged,
+                seccomp: profile(&c.security.seccomp),
+                seccomp_profile_path: legacy_profile(&c.security.seccomp),
                 ..Default::default()
             }),
             ..Default::default()
@@ -118,6 +169,7 @@ fn capability(name: &str) -> String {
     name.strip_prefix("CAP_").unwrap_or(name).to_owned()
 }
 
+#[allow(deprecated)]
 pub fn container_config(c: &ContainerConfig, sandbox: &SandboxConfig) -> pb::ContainerConfig {
     let r = &c.resources;
     let s = &c.security;
@@ -178,8 +230,16 @@ pub fn container_config(c: &ContainerConfig, sandbox: &SandboxConfig) -> pb::Con
                 privileged: s.privileged,
                 // Must agree with the sandbox's, or the runtime refuses the container.
                 namespace_options: Some(namespaces(&sandbox.security)),
+                selinux_options: selinux(&s.selinux),
                 run_as_user: s.run_as_user.map(|value| pb::Int64Value { value }),
+                run_as_group: s.run_as_group.map(|value| pb::Int64Value { value }),
+                supplemental_groups: s.supplemental_groups.clone(),
                 readonly_rootfs: s.readonly_rootfs,
+                no_new_privs: s.no_new_privs,
+                seccomp: profile(&s.seccomp),
+                seccomp_profile_path: legacy_profile(&s.seccomp),
+                apparmor: profile(&s.apparmor),
+                apparmor_profile: legacy_profile(&s.apparmor),
                 ..Default::default()
             }),
         }),
@@ -375,6 +435,114 @@ mod tests {
             sc.capabilities.unwrap().add_capabilities,
             ["NET_ADMIN", "SYS_TIME"]
         );
+    }
+
+    #[test]
+    fn host_namespaces_reach_the_sandbox_and_its_containers() {
+        let ns = |s: SandboxSecurity| {
+            let sb = SandboxConfig {
+                security: s,
+                ..Default::default()
+            };
+            let c = container_config(&ContainerConfig::default(), &sb);
+            let from_c = c.linux.unwrap().security_context.unwrap().namespace_options;
+            let from_sb = sandbox_config(&sb)
+                .linux
+                .unwrap()
+                .security_context
+                .unwrap()
+                .namespace_options;
+            assert_eq!(from_c, from_sb);
+            let n = from_c.unwrap();
+            (n.network(), n.pid(), n.ipc())
+        };
+        use pb::NamespaceMode::{Container, Node, Pod};
+        assert_eq!(ns(SandboxSecurity::default()), (Pod, Container, Pod));
+        let host = SandboxSecurity {
+            host_network: true,
+            host_pid: true,
+            host_ipc: true,
+            ..Default::default()
+        };
+        assert_eq!(ns(host), (Node, Node, Node));
+        let shared = SandboxSecurity {
+            share_process_namespace: true,
+            ..Default::default()
+        };
+        assert_eq!(ns(shared), (Pod, Pod, Pod));
+    }
+
+    #[test]
+    #[allow(deprecated)]
+    fn security_and_propagation_reach_cri() {
+        let mount = |p| Mount {
+            host_path: "/h".into(),
+            container_path: "/c".into(),
+            readonly: false,
+            propagation: p,
+        };
+        let c = container_config(
+            &ContainerConfig {
+                mounts: vec![
+                    mount(MountPropagation::Private),
+                    mount(MountPropagation::HostToContainer),
+                    mount(MountPropagation::Bidirectional),
+                ],
+                security: ContainerSecurity {
+                    privileged: true,
+                    run_as_group: Some(7),
+                    no_new_privs: true,
+                    selinux: Some(SeLinuxOptions {
+                        type_: "spc_t".into(),
+                        level: "s0".into(),
+                        ..Default::default()
+                    }),
+                    apparmor: Some(SecurityProfile::Unconfined),
+                    seccomp: Some(SecurityProfile::Localhost("p.json".into())),
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+            &SandboxConfig::default(),
+        );
+        let props: Vec<_> = c.mounts.iter().map(|m| m.propagation()).collect();
+        assert_eq!(
+            props,
+            [
+                pb::MountPropagation::PropagationPrivate,
+                pb::MountPropagation::PropagationHostToContainer,
+                pb::MountPropagation::PropagationBidirectional,
+            ]
+        );
+        let sc = c.linux.unwrap().security_context.unwrap();
+        assert!(sc.privileged && sc.no_new_privs);
+        assert_eq!(sc.run_as_group, Some(pb::Int64Value { value: 7 }));
+        let se = sc.selinux_options.unwrap();
+        assert_eq!((se.r#type.as_str(), se.level.as_str()), ("spc_t", "s0"));
+        let aa = sc.apparmor.unwrap();
+        assert_eq!(
+            aa.profile_type(),
+            pb::security_profile::ProfileType::Unconfined
+        );
+        assert_eq!(sc.apparmor_profile, "unconfined");
+        let sp = sc.seccomp.unwrap();
+        assert_eq!(
+            (sp.profile_type(), sp.localhost_ref.as_str()),
+            (pb::security_profile::ProfileType::Localhost, "p.json")
+        );
+        assert_eq!(sc.seccomp_profile_path, "localhost/p.json");
+
+        let sb = sandbox_config(&SandboxConfig {
+            security: SandboxSecurity {
+                privileged: true,
+                run_as_group: Some(3),
+                ..Default::default()
+            },
+            ..Default::default()
+        });
+        let ssc = sb.linux.unwrap().security_context.unwrap();
+        assert!(ssc.privileged);
+        assert_eq!(ssc.run_as_group, Some(pb::Int64Value { value: 3 }));
     }
 
     #[test]

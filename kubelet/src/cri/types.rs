@@ -44,12 +44,37 @@ pub struct PortMapping {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SandboxSecurity {
     pub run_as_user: Option<i64>,
+    pub run_as_group: Option<i64>,
+    pub supplemental_groups: Vec<i64>,
     pub readonly_rootfs: bool,
+    /// Set when any container is: the runtime refuses a privileged container
+    /// in an unprivileged sandbox.
     pub privileged: bool,
     /// `hostNetwork`: the pod shares the node's network namespace.
     pub host_network: bool,
+    /// `hostPID` / `hostIPC`: the node's PID / IPC namespace.
+    pub host_pid: bool,
+    pub host_ipc: bool,
     /// `shareProcessNamespace`: containers see each other's processes.
     pub share_process_namespace: bool,
+    pub selinux: Option<SeLinuxOptions>,
+    pub seccomp: Option<SecurityProfile>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SeLinuxOptions {
+    pub user: String,
+    pub role: String,
+    pub type_: String,
+    pub level: String,
+}
+
+/// A seccomp or AppArmor profile.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SecurityProfile {
+    RuntimeDefault,
+    Unconfined,
+    Localhost(String),
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -147,11 +172,21 @@ pub struct LinuxResources {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ContainerSecurity {
     pub run_as_user: Option<i64>,
+    pub run_as_group: Option<i64>,
+    pub supplemental_groups: Vec<i64>,
     pub readonly_rootfs: bool,
     pub privileged: bool,
     /// Capability names as in the pod spec, e.g. `NET_ADMIN` (no `CAP_` prefix needed).
     pub capabilities_add: Vec<String>,
     pub capabilities_drop: Vec<String>,
+    /// `allowPrivilegeEscalation: false`.
+    pub no_new_privs: bool,
+    pub selinux: Option<SeLinuxOptions>,
+    /// `None`: the runtime's default (its own profile where AppArmor is on).
+    pub apparmor: Option<SecurityProfile>,
+    /// `None`: the runtime's default, unconfined as the kubelet's
+    /// `seccompDefault: false` asks.
+    pub seccomp: Option<SecurityProfile>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -55,6 +55,8 @@ pub struct PodSpec {
     pub containers: Vec<ContainerSpec>,
     pub volumes: Vec<Volume>,
     pub dns_policy: DnsPolicy,
+    /// `spec.dnsConfig`, merged into what the policy gives.
+    pub dns_config: Option<PodDnsConfig>,
     pub hostname: Option<String>,
     pub subdomain: Option<String>,
     /// Supported: the sandbox then uses the node's network namespace
@@ -63,6 +65,12 @@ pub struct PodSpec {
     /// CRI `NamespaceMode::NODE` for the PID / IPC namespaces.
     pub host_pid: bool,
     pub host_ipc: bool,
+    /// `shareProcessNamespace`: one PID namespace for the pod's containers.
+    pub share_process_namespace: bool,
+    /// `serviceAccountName`, `default` when unset (the API's defaulting).
+    pub service_account_name: String,
+    /// The pod-level settings the sandbox itself runs with.
+    pub security: PodSecurity,
     /// Set once the API server marked the pod for deletion: nothing restarts
     /// after that.
     pub deleting: bool,
@@ -90,6 +98,51 @@ impl PodSpec {
     pub fn qos_class(&self) -> QosClass {
         resources::qos_class(self.all_containers().map(|c| &c.resources))
     }
+
+    /// The sandbox must be privileged for any container to be
+    /// (kubecontainer `HasPrivilegedContainer`): containerd refuses a
+    /// privileged container in an unprivileged sandbox.
+    pub fn has_privileged_container(&self) -> bool {
+        self.all_containers().any(|c| c.security.privileged)
+    }
+}
+
+/// `spec.dnsConfig`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodDnsConfig {
+    pub nameservers: Vec<IpAddr>,
+    pub searches: Vec<String>,
+    /// `name` or `name:value`, as resolv.conf writes them.
+    pub options: Vec<(String, Option<String>)>,
+}
+
+/// Pod-level `securityContext` fields the sandbox gets.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodSecurity {
+    pub run_as_user: Option<i64>,
+    pub run_as_group: Option<i64>,
+    pub supplemental_groups: Vec<i64>,
+    pub se_linux: Option<SeLinuxOptions>,
+    pub seccomp: Option<SecurityProfile>,
+    /// Only inherited by containers: CRI takes AppArmor per container.
+    pub app_armor: Option<SecurityProfile>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SeLinuxOptions {
+    pub user: String,
+    pub role: String,
+    pub type_: String,
+    pub level: String,
+}
+
+/// `appArmorProfile` / `seccompProfile`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SecurityProfile {
+    RuntimeDefault,
+    Unconfined,
+    /// The profile's name (AppArmor) or path under the runtime's seccomp root.
+    Localhost(String),
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -208,7 +261,7 @@ impl FieldRef {
             Self::PodIp => ip(v.pod_ip),
             Self::HostIp => ip(v.host_ip),
             Self::NodeName => v.pod.node_name.clone().unwrap_or_default(),
-            Self::ServiceAccountName => "default".to_owned(),
+            Self::ServiceAccountName => v.pod.service_account_name.clone(),
         }
     }
 }
@@ -251,6 +304,19 @@ pub struct SecurityContext {
     /// Upper-case, without the `CAP_` prefix, as the API writes them.
     pub capabilities_add: Vec<String>,
     pub capabilities_drop: Vec<String>,
+    /// The container's own, else the pod's.
+    pub se_linux: Option<SeLinuxOptions>,
+    pub app_armor: Option<SecurityProfile>,
+    pub seccomp: Option<SecurityProfile>,
+    pub supplemental_groups: Vec<i64>,
+}
+
+impl SecurityContext {
+    /// `allowPrivilegeEscalation: false` sets no_new_privs; unset leaves the
+    /// runtime's default (securitycontext `AddNoNewPrivileges`).
+    pub fn no_new_privs(&self) -> bool {
+        self.allow_privilege_escalation == Some(false)
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -346,6 +412,18 @@ pub struct VolumeMount {
     pub mount_path: String,
     pub sub_path: Option<String>,
     pub read_only: bool,
+    pub propagation: MountPropagation,
+}
+
+/// `mountPropagation`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum MountPropagation {
+    /// `None`, and the default.
+    #[default]
+    None,
+    HostToContainer,
+    /// Only for privileged containers.
+    Bidirectional,
 }
 
 /// A minimal valid pod for tests: containers named as given, image busybox.

@@ -34,6 +34,7 @@ use crate::{
     flow::{PodEvent, PodSource, PodsView, StatusSink},
 };
 
+mod host_path;
 mod lifecycle;
 mod pod_task;
 mod spec;
@@ -59,7 +60,8 @@ pub struct WorkerConfig {
     pub pods_dir: PathBuf,
     /// Pod cgroups go under `<cgroup_root>[/burstable|/besteffort]/pod<uid>`.
     pub cgroup_root: String,
-    /// The node's resolver config, for pods that do not use the cluster's.
+    /// The node's resolver config, for pods that do not use the cluster's;
+    /// empty as the kubelet's `resolvConf: ""`.
     pub resolv_conf: PathBuf,
     /// PLEG: how often the runtime state is relisted.
     pub relist_period: Duration,
@@ -81,7 +83,7 @@ impl WorkerConfig {
             pod_log_dir: "/var/log/pods".into(),
             pods_dir: "/var/lib/kubelet/pods".into(),
             cgroup_root: "/kubepods".into(),
-            resolv_conf: "/etc/resolv.conf".into(),
+            resolv_conf: config.resolv_conf.clone(),
             relist_period: Duration::from_secs(1),
             memory_capacity: memory_capacity(),
             objects: None,

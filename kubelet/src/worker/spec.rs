@@ -10,10 +10,7 @@ use std::{
 
 use crate::{
     cri::{self, ContainerConfig, SandboxConfig},
-    pod::{
-        self, ContainerSpec, FieldValues, HostPathType, KeyToPath, PodSpec, QosClass, VolumeSource,
-        dns, env,
-    },
+    pod::{self, ContainerSpec, FieldValues, KeyToPath, PodSpec, QosClass, VolumeSource, dns, env},
 };
 
 use super::WorkerConfig;
@@ -48,7 +45,7 @@ pub enum ContainerConfigError {
         name: String,
         key: String,
     },
-    #[error("volume {volume:?}: hostPath {}: {reason}", path.display())]
+    #[error("volume {volume:?}: hostPath type check failed: {} {reason}", path.display())]
     HostPath {
         volume: String,
         path: PathBuf,
@@ -110,16 +107,26 @@ pub fn pod_dir(cfg: &WorkerConfig, uid: &str) -> PathBuf {
 }
 
 pub fn sandbox_config(cfg: &WorkerConfig, spec: &PodSpec, attempt: u32) -> SandboxConfig {
-    let host_dns = std::fs::read_to_string(&cfg.resolv_conf)
-        .map(|t| dns::parse_resolv_conf(&t))
-        .unwrap_or_default();
+    // An unreadable resolv.conf leaves the runtime to copy the node's own.
+    let host_dns = (!cfg.resolv_conf.as_os_str().is_empty()).then(|| {
+        std::fs::read_to_string(&cfg.resolv_conf)
+            .map(|t| dns::parse_resolv_conf(&t))
+            .unwrap_or_default()
+    });
     let d = dns::pod_dns(
         spec,
         &cfg.cluster_dns,
         cfg.cluster_domain.as_deref(),
-        &host_dns,
+        host_dns.as_ref(),
+        cfg.node_ip,
     );
-    let (hostname, _) = dns::hostname_and_domain(spec, cfg.cluster_domain.as_deref());
+    // A host-network pod keeps the node's hostname: the kubelet leaves it
+    // empty and the runtime fills in its own.
+    let hostname = if spec.host_network {
+        String::new()
+    } else {
+        dns::hostname_and_domain(spec, cfg.cluster_domain.as_deref()).0
+    };
     let qos = match spec.qos_class() {
         QosClass::Guaranteed => String::new(),
         QosClass::Burstable => "/burstable".into(),
@@ -160,8 +167,17 @@ pub fn sandbox_config(cfg: &WorkerConfig, spec: &PodSpec, attempt: u32) -> Sandb
             spec.uid
         )),
         security: cri::SandboxSecurity {
+            run_as_user: spec.security.run_as_user,
+            run_as_group: spec.security.run_as_group,
+            supplemental_groups: spec.security.supplemental_groups.clone(),
+            readonly_rootfs: false,
+            privileged: spec.has_privileged_container(),
             host_network: spec.host_network,
-            ..Default::default()
+            host_pid: spec.host_pid,
+            host_ipc: spec.host_ipc,
+            share_process_namespace: spec.share_process_namespace,
+            selinux: spec.security.se_linux.as_ref().map(selinux),
+            seccomp: spec.security.seccomp.as_ref().map(profile),
         },
     }
 }
@@ -225,17 +241,54 @@ pub fn container_config(i: &ContainerInputs<'_>) -> Result<ContainerConfig, Cont
         annotations,
         log_path: Some(PathBuf::from(format!("{}/{}.log", c.name, i.restart_count))),
         resources,
-        security: cri::ContainerSecurity {
-            run_as_user: c.security.run_as_user,
-            readonly_rootfs: c.security.read_only_root_filesystem,
-            privileged: c.security.privileged,
-            capabilities_add: c.security.capabilities_add.clone(),
-            capabilities_drop: c.security.capabilities_drop.clone(),
-        },
+        security: container_security(&c.security),
     })
 }
 
-fn io_err(volume: &str, path: &Path) -> impl FnOnce(std::io::Error) -> ContainerConfigError {
+fn selinux(o: &pod::SeLinuxOptions) -> cri::SeLinuxOptions {
+    cri::SeLinuxOptions {
+        user: o.user.clone(),
+        role: o.role.clone(),
+        type_: o.type_.clone(),
+        level: o.level.clone(),
+    }
+}
+
+fn profile(p: &pod::SecurityProfile) -> cri::SecurityProfile {
+    match p {
+        pod::SecurityProfile::RuntimeDefault => cri::SecurityProfile::RuntimeDefault,
+        pod::SecurityProfile::Unconfined => cri::SecurityProfile::Unconfined,
+        pod::SecurityProfile::Localhost(r) => cri::SecurityProfile::Localhost(r.clone()),
+    }
+}
+
+/// kuberuntime `determineEffectiveSecurityContext` on the already merged
+/// context. Seccomp defaults to Unconfined, as the kubelet's
+/// `seccompDefault: false` sends it.
+fn container_security(s: &pod::SecurityContext) -> cri::ContainerSecurity {
+    cri::ContainerSecurity {
+        run_as_user: s.run_as_user,
+        run_as_group: s.run_as_group,
+        supplemental_groups: s.supplemental_groups.clone(),
+        readonly_rootfs: s.read_only_root_filesystem,
+        privileged: s.privileged,
+        capabilities_add: s.capabilities_add.clone(),
+        capabilities_drop: s.capabilities_drop.clone(),
+        no_new_privs: s.no_new_privs(),
+        selinux: s.se_linux.as_ref().map(selinux),
+        apparmor: s.app_armor.as_ref().map(profile),
+        seccomp: Some(
+            s.seccomp
+                .as_ref()
+                .map_or(cri::SecurityProfile::Unconfined, profile),
+        ),
+    }
+}
+
+pub(super) fn io_err(
+    volume: &str,
+    path: &Path,
+) -> impl FnOnce(std::io::Error) -> ContainerConfigError {
     let (volume, path) = (volume.to_owned(), path.to_owned());
     move |source| ContainerConfigError::Io {
         volume,
@@ -276,7 +329,11 @@ fn mounts(
             host_path: host,
             container_path: PathBuf::from(&m.mount_path),
             readonly: read_only,
-            propagation: cri::MountPropagation::Private,
+            propagation: match m.propagation {
+                pod::MountPropagation::None => cri::MountPropagation::Private,
+                pod::MountPropagation::HostToContainer => cri::MountPropagation::HostToContainer,
+                pod::MountPropagation::Bidirectional => cri::MountPropagation::Bidirectional,
+            },
         });
     }
     Ok(out)
@@ -297,7 +354,9 @@ fn volume_path(
             std::fs::create_dir_all(&p).map_err(io_err(name, &p))?;
             Ok(p)
         }
-        VolumeSource::HostPath { path, kind } => host_path(name, Path::new(path), *kind),
+        VolumeSource::HostPath { path, kind } => {
+            super::host_path::check(name, Path::new(path), *kind)
+        }
         VolumeSource::ConfigMap {
             name: object,
             items,
@@ -397,50 +456,6 @@ fn project(
     Ok(())
 }
 
-fn host_path(volume: &str, p: &Path, kind: HostPathType) -> Result<PathBuf, ContainerConfigError> {
-    use std::os::unix::fs::FileTypeExt as _;
-    let bad = |reason| ContainerConfigError::HostPath {
-        volume: volume.to_owned(),
-        path: p.to_owned(),
-        reason,
-    };
-    let meta = std::fs::metadata(p).ok();
-    let ft = meta.as_ref().map(|m| m.file_type());
-    match kind {
-        HostPathType::Unset => {}
-        HostPathType::DirectoryOrCreate => {
-            if meta.is_none() {
-                std::fs::create_dir_all(p).map_err(io_err(volume, p))?;
-            } else if !ft.is_some_and(|t| t.is_dir()) {
-                return Err(bad("is not a directory"));
-            }
-        }
-        HostPathType::Directory if !ft.is_some_and(|t| t.is_dir()) => {
-            return Err(bad("is not a directory"));
-        }
-        HostPathType::FileOrCreate => {
-            if meta.is_none() {
-                if let Some(parent) = p.parent() {
-                    std::fs::create_dir_all(parent).map_err(io_err(volume, parent))?;
-                }
-                std::fs::File::create(p).map_err(io_err(volume, p))?;
-            } else if !ft.is_some_and(|t| t.is_file()) {
-                return Err(bad("is not a file"));
-            }
-        }
-        HostPathType::File if !ft.is_some_and(|t| t.is_file()) => {
-            return Err(bad("is not a file"));
-        }
-        HostPathType::Socket if !ft.is_some_and(|t| t.is_socket()) => {
-            return Err(bad("is not a socket"));
-        }
-        HostPathType::CharDevice if !ft.is_some_and(|t| t.is_char_device()) => {
-            return Err(bad("is not a character device"));
-        }
-        HostPathType::BlockDevice if !ft.is_some_and(|t| t.is_block_device()) => {
-            return Err(bad("is not a block device"));
-        }
-        _ => {}
-    }
-    Ok(p.to_owned())
-}
+#[cfg(test)]
+#[path = "spec_tests.rs"]
+mod tests;

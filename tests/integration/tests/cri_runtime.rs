@@ -369,6 +369,7 @@ async fn locked_down_container(
         privileged: false,
         capabilities_add: vec!["SYS_TIME".into()],
         capabilities_drop: vec!["CAP_NET_RAW".into()],
+        ..Default::default()
     };
     let id = cri.create_container(sb, &c, cfg).await?;
     cri.start_container(&id).await?;

@@ -11,10 +11,12 @@ use crate::config::is_dns_label;
 
 mod fields;
 mod handlers;
+mod security;
 
 use super::probe::ProbeKind as Kind;
 use fields::{convert_env, convert_resources, convert_volumes};
 use handlers::{convert_handler, convert_probe};
+pub(crate) use security::{MAX_NAMESERVERS, MAX_SEARCH_CHARS, MAX_SEARCHES};
 
 /// One problem in a pod spec, named by its field path.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -29,6 +31,8 @@ pub enum SpecError {
         value: String,
         reason: &'static str,
     },
+    #[error("{field}: forbidden: {reason}")]
+    Forbidden { field: String, reason: String },
     #[error("{field}: {what} is not supported by this kubelet")]
     NotSupported { field: String, what: String },
     #[error(
@@ -141,11 +145,7 @@ impl PodSpec {
             None | Some("ClusterFirst") => DnsPolicy::ClusterFirst,
             Some("ClusterFirstWithHostNet") => DnsPolicy::ClusterFirstWithHostNet,
             Some("Default") => DnsPolicy::Default,
-            Some("None") => {
-                // Needs spec.dnsConfig, which this kubelet does not read.
-                errs.unsupported("spec.dnsPolicy", "dnsPolicy None");
-                DnsPolicy::None
-            }
+            Some("None") => DnsPolicy::None,
             Some(v) => {
                 errs.invalid(
                     "spec.dnsPolicy",
@@ -155,6 +155,12 @@ impl PodSpec {
                 DnsPolicy::ClusterFirst
             }
         };
+        let dns_config = security::dns_config(
+            &mut errs,
+            spec.dns_config.as_ref(),
+            dns_policy == DnsPolicy::None,
+        );
+        let host_network = spec.host_network.unwrap_or(false);
         for (field, v) in [
             ("spec.hostname", &spec.hostname),
             ("spec.subdomain", &spec.subdomain),
@@ -174,6 +180,7 @@ impl PodSpec {
         let volume_names: BTreeSet<&str> = volumes.iter().map(|v| v.name.as_str()).collect();
         let mut names = BTreeSet::new();
         let pod_sc = spec.security_context.as_ref();
+        let pod_security = security::pod_security(&mut errs, pod_sc);
         let mut convert_list =
             |errs: &mut Errs, list: &[api::Container], field: &str, init: bool| {
                 list.iter()
@@ -186,7 +193,15 @@ impl PodSpec {
                                 value: c.name.clone(),
                             });
                         }
-                        convert_container(errs, c, &at, init, &volume_names, pod_sc)
+                        let ctx = ContainerContext {
+                            at: &at,
+                            init,
+                            volumes: &volume_names,
+                            pod_sc,
+                            pod: &pod_security,
+                            host_network,
+                        };
+                        convert_container(errs, c, &ctx)
                     })
                     .collect::<Vec<_>>()
             };
@@ -226,11 +241,19 @@ impl PodSpec {
             containers,
             volumes,
             dns_policy,
+            dns_config,
             hostname: spec.hostname.clone().filter(|h| !h.is_empty()),
             subdomain: spec.subdomain.clone().filter(|h| !h.is_empty()),
-            host_network: spec.host_network.unwrap_or(false),
+            host_network,
             host_pid: spec.host_pid.unwrap_or(false),
             host_ipc: spec.host_ipc.unwrap_or(false),
+            share_process_namespace: spec.share_process_namespace.unwrap_or(false),
+            service_account_name: spec
+                .service_account_name
+                .clone()
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(|| "default".to_owned()),
+            security: pod_security,
             deleting: meta.deletion_timestamp.is_some(),
         })
     }
@@ -249,14 +272,24 @@ pub fn default_pull_policy(image: &str) -> PullPolicy {
     }
 }
 
+/// What a container's conversion needs from its pod.
+struct ContainerContext<'a> {
+    /// `spec.containers[i]` or `spec.initContainers[i]`.
+    at: &'a str,
+    init: bool,
+    volumes: &'a BTreeSet<&'a str>,
+    pod_sc: Option<&'a api::PodSecurityContext>,
+    pod: &'a PodSecurity,
+    host_network: bool,
+}
+
 fn convert_container(
     errs: &mut Errs,
     c: &api::Container,
-    at: &str,
-    init: bool,
-    volumes: &BTreeSet<&str>,
-    pod_sc: Option<&api::PodSecurityContext>,
+    ctx: &ContainerContext<'_>,
 ) -> ContainerSpec {
+    let (at, init, volumes) = (ctx.at, ctx.init, ctx.volumes);
+    let security = security::container_security(errs, at, c, ctx.pod_sc, ctx.pod);
     if c.name.is_empty() {
         errs.required(format!("{at}.name"));
     } else if !is_dns_label(&c.name) {
@@ -286,7 +319,12 @@ fn convert_container(
     if c.env_from.as_ref().is_some_and(|e| !e.is_empty()) {
         errs.unsupported(format!("{at}.envFrom"), "envFrom");
     }
-    let ports = convert_ports(errs, c.ports.as_deref().unwrap_or_default(), at);
+    let ports = convert_ports(
+        errs,
+        c.ports.as_deref().unwrap_or_default(),
+        at,
+        ctx.host_network,
+    );
     let probe = |errs: &mut Errs, p: &Option<api::Probe>, field: &str, kind| {
         let p = p.as_ref()?;
         if init {
@@ -348,16 +386,17 @@ fn convert_container(
             if m.sub_path_expr.as_ref().is_some_and(|s| !s.is_empty()) {
                 errs.unsupported(format!("{at}.subPathExpr"), "subPathExpr");
             }
+            let propagation =
+                security::mount_propagation(errs, &at, &c.name, m, security.privileged);
             VolumeMount {
                 name: m.name.clone(),
                 mount_path: m.mount_path.clone(),
                 sub_path,
                 read_only: m.read_only.unwrap_or(false),
+                propagation,
             }
         })
         .collect();
-    let sc = c.security_context.clone().unwrap_or_default();
-    let caps = sc.capabilities.unwrap_or_default();
     ContainerSpec {
         name: c.name.clone(),
         image,
@@ -368,21 +407,7 @@ fn convert_container(
         env: convert_env(errs, c.env.as_deref().unwrap_or_default(), at),
         ports,
         resources: convert_resources(errs, c.resources.as_ref(), at),
-        security: SecurityContext {
-            // The pod's settings apply where the container has none
-            // (kubelet `determineEffectiveSecurityContext`).
-            run_as_user: sc.run_as_user.or(pod_sc.and_then(|p| p.run_as_user)),
-            run_as_group: sc.run_as_group.or(pod_sc.and_then(|p| p.run_as_group)),
-            run_as_non_root: sc
-                .run_as_non_root
-                .or(pod_sc.and_then(|p| p.run_as_non_root))
-                .unwrap_or(false),
-            read_only_root_filesystem: sc.read_only_root_filesystem.unwrap_or(false),
-            privileged: sc.privileged.unwrap_or(false),
-            allow_privilege_escalation: sc.allow_privilege_escalation,
-            capabilities_add: caps.add.unwrap_or_default(),
-            capabilities_drop: caps.drop.unwrap_or_default(),
-        },
+        security,
         liveness,
         readiness,
         startup,
@@ -392,7 +417,12 @@ fn convert_container(
     }
 }
 
-fn convert_ports(errs: &mut Errs, ports: &[api::ContainerPort], at: &str) -> Vec<ContainerPort> {
+fn convert_ports(
+    errs: &mut Errs,
+    ports: &[api::ContainerPort],
+    at: &str,
+    host_network: bool,
+) -> Vec<ContainerPort> {
     let mut names = BTreeSet::new();
     ports
         .iter()
@@ -435,6 +465,20 @@ fn convert_ports(errs: &mut Errs, ports: &[api::ContainerPort], at: &str) -> Vec
                 format!("{at}.containerPort"),
                 i64::from(p.container_port),
             )?;
+            // The API defaults hostPort to containerPort on the host network
+            // and refuses any other value: the node's port is the container's.
+            let host_port = match host_port {
+                Some(hp) if host_network && hp != container_port => {
+                    errs.invalid(
+                        format!("{at}.hostPort"),
+                        hp,
+                        "must match containerPort when hostNetwork is true",
+                    );
+                    Some(hp)
+                }
+                None if host_network => Some(container_port),
+                hp => hp,
+            };
             Some(ContainerPort {
                 name,
                 container_port,
@@ -456,5 +500,7 @@ pub(super) fn port_number(errs: &mut Errs, field: String, port: i64) -> Option<u
     }
 }
 
+#[cfg(test)]
+mod node_agent_tests;
 #[cfg(test)]
 mod tests;
