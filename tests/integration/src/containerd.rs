@@ -57,7 +57,13 @@ pub struct Containerd {
     pub snapshotter: &'static str,
     /// The node namespace containerd, the CNI bridge and its clients run in.
     pub node: Netns,
+    /// The node's init: PID 1 of the node's PID namespace (our pause), in
+    /// the node's mount namespace, under `unshare --fork`.
+    init: Option<Child>,
+    /// `nsenter` into the node's namespaces, whose only child is containerd.
     child: Option<Child>,
+    /// containerd's pid (in the root PID namespace).
+    pid: u32,
 }
 
 impl Containerd {
@@ -76,16 +82,26 @@ impl Containerd {
             id,
             dir,
             node,
+            init: None,
             child: None,
+            pid: 0,
         };
-        c.node.sh("ip link set lo up")?;
+        // The node's address (the kubelet's --node-ip) exists before any pod:
+        // host-network pods are probed there, and the first pod may well be
+        // one. The CNI bridge plugin adopts the bridge and its address.
+        c.node.sh(&format!(
+            "ip link set lo up && ip link add {BRIDGE} type bridge && \
+             ip addr add {POD_GATEWAY}/24 dev {BRIDGE} && ip link set {BRIDGE} up"
+        ))?;
         std::fs::write(c.dir.join("config.toml"), c.config())?;
         std::fs::write(c.dir.join("net.d/10-weir.conflist"), c.cni_config())?;
-        c.spawn()?;
-        c.wait_ready()?;
         let images_dir = c.dir.join("images");
         std::fs::create_dir_all(&images_dir)?;
-        for image in [images::pause(&images_dir)?, images::busybox()?] {
+        // Compiled first: its binary is also the node's init.
+        let pause = images::pause(&images_dir)?;
+        c.spawn(&images_dir.join("pause"))?;
+        c.wait_ready()?;
+        for image in [pause, images::busybox()?] {
             images::import(&c.socket, c.snapshotter, &images_dir, &image)?;
         }
         Ok(c)
@@ -114,6 +130,32 @@ impl Containerd {
 
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.join("containerd.log")).unwrap_or_default()
+    }
+
+    /// Runs `script` in containerd's mount namespace: the node's, as its
+    /// pods' hostPath volumes see it. The root namespace's `/` is private
+    /// here, so nothing mounted there later reaches containerd; a hostPath
+    /// with HostToContainer or Bidirectional propagation must be a shared
+    /// mount in this namespace, and is made one here. Mounts made here die
+    /// with containerd.
+    pub fn node_mount_sh(&self, script: &str) -> Result<String> {
+        anyhow::ensure!(self.child.is_some(), "containerd is not running");
+        node_sh(self.pid, script)
+    }
+
+    /// containerd's pid: a process in the node's mount and PID namespaces.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Makes `dir` a shared mount in the node's mount namespace, bind-mounting
+    /// it onto itself first unless it is a mount point there already.
+    pub fn share_host_dir(&self, dir: &Path) -> Result<()> {
+        let d = dir.display();
+        self.node_mount_sh(&format!(
+            "mountpoint -q '{d}' || mount --bind '{d}' '{d}'; mount --make-rshared '{d}'"
+        ))
+        .map(drop)
     }
 
     fn config(&self) -> String {
@@ -186,31 +228,46 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         .to_string()
     }
 
-    fn spawn(&mut self) -> Result<()> {
-        let log = std::fs::File::create(self.dir.join("containerd.log"))?;
+    /// Starts the node: an init of its own (PID 1 of a new PID namespace, in
+    /// a new mount namespace whose /proc shows that PID namespace, so a pod's
+    /// hostPath /proc sees this node's processes, as on a machine), then
+    /// containerd inside both. Propagation slave keeps the overlay, shm and
+    /// netns mounts containerd makes off the host.
+    fn spawn(&mut self, init: &Path) -> Result<()> {
         let mut cmd = Command::new("nsenter");
         cmd.arg(format!("--net={}", self.node.path()))
-            .args(["unshare", "--mount", "--propagation", "slave", "containerd"])
-            .arg("--config")
+            .args(["unshare", "--mount", "--propagation", "slave"])
+            // --kill-child: the node's PID 1, and with it every process of
+            // the node, dies with unshare.
+            .args(["--pid", "--fork", "--kill-child", "--mount-proc"])
+            .arg(init)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        die_with_parent(&mut cmd);
+        let unshare = cmd.spawn().context("starting the node's init (unshare)")?;
+        let unshare_pid = unshare.id();
+        self.init = Some(unshare);
+        let init_pid = only_child(unshare_pid, "the node's init")?;
+
+        let log = std::fs::File::create(self.dir.join("containerd.log"))?;
+        let mut cmd = Command::new("nsenter");
+        cmd.arg(format!("--target={init_pid}"))
+            .args(["--mount", "--pid", "--net", "--", "containerd", "--config"])
             .arg(self.dir.join("config.toml"))
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log);
-        // SAFETY: prctl is async-signal-safe and touches no memory of ours. nsenter
-        // and unshare exec without forking, so containerd keeps the death signal:
-        // a killed test run does not leave it running.
-        unsafe {
-            cmd.pre_exec(|| {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        self.child = Some(
-            cmd.spawn()
-                .context("starting containerd (cargo xtask setup)")?,
-        );
+        // nsenter forks containerd into the PID namespace and waits for it;
+        // if the test dies, nsenter does, and the node's init with unshare,
+        // which ends every process of the node, containerd included.
+        die_with_parent(&mut cmd);
+        let child = cmd
+            .spawn()
+            .context("starting containerd (cargo xtask setup)")?;
+        let nsenter_pid = child.id();
+        self.child = Some(child);
+        self.pid = only_child(nsenter_pid, "containerd")?;
         Ok(())
     }
 
@@ -262,7 +319,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         let Some(mut child) = self.child.take() else {
             return;
         };
-        let pid = i32::try_from(child.id()).unwrap_or(0);
+        let pid = i32::try_from(self.pid).unwrap_or(0);
         // SAFETY: kill has no memory-safety preconditions.
         unsafe { libc::kill(pid, libc::SIGTERM) };
         let deadline = Instant::now() + Duration::from_secs(5);
@@ -283,8 +340,60 @@ impl Drop for Containerd {
             self.remove_pods();
         }
         self.stop();
+        if let Some(mut init) = self.init.take() {
+            // unshare's --kill-child takes the node's PID 1, and the kernel
+            // every process left in the node's PID namespace.
+            let _ = init.kill();
+            let _ = init.wait();
+        }
         remove_leftovers(&self.dir, &format!("{DIR_PREFIX}{}", self.id));
         // The node namespace goes with its guard.
+    }
+}
+
+/// Runs `script` with sh in the mount and PID namespaces of process `pid`
+/// (both, so the node's /proc/self is the shell's); its stdout.
+pub fn node_sh(pid: u32, script: &str) -> Result<String> {
+    let out = Command::new("nsenter")
+        .arg(format!("--target={pid}"))
+        .args(["--mount", "--pid", "--", "sh", "-c", script])
+        .output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "{script}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// SIGKILL for the process when the thread that spawned it dies, so a killed
+/// test run leaves no node behind.
+fn die_with_parent(cmd: &mut Command) {
+    // SAFETY: prctl is async-signal-safe and touches no memory of ours.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// The one child `pid` forks (unshare's and nsenter's): its pid, once it
+/// exists.
+fn only_child(pid: u32, what: &str) -> Result<u32> {
+    let path = format!("/proc/{pid}/task/{pid}/children");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        if let Some(child) = text.split_whitespace().next().and_then(|p| p.parse().ok()) {
+            return Ok(child);
+        }
+        if Instant::now() > deadline {
+            bail!("{what} did not start (no child of {pid})");
+        }
+        std::thread::sleep(Duration::from_millis(10));
     }
 }
 

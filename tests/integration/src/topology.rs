@@ -350,8 +350,11 @@ pub struct Bpffs {
 impl Bpffs {
     pub fn mount(dir: PathBuf) -> Result<Self> {
         let owned = dir.parent().is_some_and(|p| {
-            p.components()
-                .any(|c| c.as_os_str().to_str().is_some_and(|n| n.starts_with(DIR_PREFIX)))
+            p.components().any(|c| {
+                c.as_os_str()
+                    .to_str()
+                    .is_some_and(|n| n.starts_with(DIR_PREFIX))
+            })
         });
         anyhow::ensure!(
             owned,

@@ -8,73 +8,43 @@
 //! "made on the host" are made there, through its /proc/<pid>/ns/mnt, and
 //! never touch the root mount namespace. All of it sits in the test's work
 //! directory and is unmounted on drop, failed test or not.
-use std::{
-    os::unix::fs::MetadataExt as _, path::PathBuf, process::Command, sync::Arc, time::Duration,
-};
+use std::{os::unix::fs::MetadataExt as _, path::PathBuf, sync::Arc, time::Duration};
 
-use anyhow::{Context as _, Result, bail, ensure};
+use anyhow::{Context as _, Result, ensure};
 use serde_json::json;
 use tokio::sync::mpsc;
-use weir_integration::{containerd::Containerd, images};
+use weir_integration::{
+    containerd::{Containerd, node_sh},
+    images,
+};
 use weir_kubelet::worker::Worker;
 
 use super::support::*;
 
 const MIN: Duration = Duration::from_secs(60);
 
-/// containerd's pid: nsenter and unshare exec it, so it is the process whose
-/// command line names its config.
-fn containerd_pid(ctrd: &Containerd) -> Result<u32> {
-    let config = ctrd.dir.join("config.toml");
-    let needle = config.to_string_lossy().into_owned();
-    for e in std::fs::read_dir("/proc")?.flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
-        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
-        let is_containerd = args.first().is_some_and(|a| a.ends_with(b"containerd"));
-        if is_containerd && args.contains(&needle.as_bytes()) {
-            return Ok(pid);
-        }
-    }
-    bail!("no containerd process for {needle}")
-}
-
 /// A directory that is a shared mount in the node's mount namespace, with
 /// whatever gets mounted below it unmounted on drop.
 struct SharedHostDir {
-    mnt_ns: PathBuf,
+    /// containerd's pid: the node's mount namespace is its.
+    pid: u32,
     dir: PathBuf,
 }
 
 impl SharedHostDir {
     fn new(ctrd: &Containerd, name: &str) -> Result<Self> {
-        let pid = containerd_pid(ctrd)?;
         let d = Self {
-            mnt_ns: PathBuf::from(format!("/proc/{pid}/ns/mnt")),
+            pid: ctrd.pid(),
             dir: ctrd.dir.join(name),
         };
         std::fs::create_dir_all(&d.dir)?;
-        let dir = d.dir.display();
-        d.sh(&format!(
-            "mount --bind {dir} {dir} && mount --make-rshared {dir}"
-        ))?;
+        ctrd.share_host_dir(&d.dir)?;
         Ok(d)
     }
 
     /// Runs `script` in the node's mount namespace.
     fn sh(&self, script: &str) -> Result<String> {
-        let out = Command::new("nsenter")
-            .arg(format!("--mount={}", self.mnt_ns.display()))
-            .args(["--", "sh", "-c", script])
-            .output()?;
-        ensure!(
-            out.status.success(),
-            "{script}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        node_sh(self.pid, script)
     }
 }
 
@@ -82,7 +52,7 @@ impl Drop for SharedHostDir {
     fn drop(&mut self) {
         // Recursive and lazy: the tmpfs mounts below it go too, even while a
         // container still holds them.
-        if self.mnt_ns.exists() {
+        if std::path::Path::new(&format!("/proc/{}", self.pid)).exists() {
             let _ = self.sh(&format!("umount -R -l {}", self.dir.display()));
         }
     }
