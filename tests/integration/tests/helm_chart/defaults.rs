@@ -56,7 +56,7 @@ fn defaults_render_kube_proxy_like_daemonset() {
 
     let pod = r.pod();
     assert_eq!(pod.host_network, Some(true));
-    assert_eq!(pod.dns_policy.as_deref(), Some("ClusterFirstWithHostNet"));
+    assert_eq!(pod.dns_policy.as_deref(), Some("Default"));
     assert_eq!(
         pod.priority_class_name.as_deref(),
         Some("system-node-critical")
@@ -85,7 +85,7 @@ fn defaults_render_kube_proxy_like_daemonset() {
     let agent = r.agent();
     assert_eq!(
         agent.image.as_deref(),
-        Some(format!("example.invalid/weir/weir-agent:{}", app_version()).as_str())
+        Some(format!("localhost/weir/weir-agent:{}", app_version()).as_str())
     );
     let (add, drop) = caps(&agent);
     assert_eq!(add, set(AGENT_CAPS));
