@@ -37,6 +37,12 @@ pub struct Cluster {
 
 impl Cluster {
     pub fn start() -> Result<Self> {
+        Self::start_with_names(&[])
+    }
+
+    /// Like [`Self::start`], with extra DNS names in the serving certificate,
+    /// for clients that reach the server by a name.
+    pub fn start_with_names(names: &[&str]) -> Result<Self> {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -44,6 +50,7 @@ impl Cluster {
         let (server, client) = rt.block_on(async {
             let server = TestApiServer::start(Options {
                 bookmark_interval: Duration::from_secs(1),
+                extra_sans: names.iter().map(|n| (*n).to_owned()).collect(),
                 ..Options::default()
             })
             .await?;
@@ -184,7 +191,8 @@ impl Ep {
     }
 }
 
-fn merge(into: &mut Value, from: Value) {
+/// JSON merge as Helm merges values: maps key by key, anything else replaces.
+pub fn merge(into: &mut Value, from: Value) {
     match (into, from) {
         (Value::Object(a), Value::Object(b)) => {
             for (k, v) in b {

@@ -36,11 +36,14 @@ pub struct Kubelet {
 }
 
 /// What goes into the KubeletConfiguration [`write_config`] writes.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct ConfigOptions {
     pub static_dir: Option<PathBuf>,
     /// Served on 127.0.0.1 of the node namespace; `None` leaves it off.
     pub read_only_port: Option<u16>,
+    /// The node's resolv.conf (`resolvConf`); `None` keeps the kubelet's
+    /// default, the machine's /etc/resolv.conf.
+    pub resolv_conf: Option<PathBuf>,
 }
 
 impl Kubelet {
@@ -249,6 +252,9 @@ address: 127.0.0.1
     }
     if let Some(dir) = &opts.static_dir {
         text.push_str(&format!("staticPodPath: {}\n", dir.display()));
+    }
+    if let Some(file) = &opts.resolv_conf {
+        text.push_str(&format!("resolvConf: {}\n", file.display()));
     }
     text.push_str(&format!(
         "fileCheckFrequency: 2s

@@ -18,6 +18,7 @@
 pub mod agent;
 pub mod api;
 pub mod bench;
+pub mod chart_node;
 pub mod containerd;
 pub mod debian_rootfs;
 pub mod helm;

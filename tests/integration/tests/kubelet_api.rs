@@ -112,6 +112,7 @@ fn kubelet_registers_runs_static_and_api_pods_and_survives_sigkill() -> Result<(
         &ConfigOptions {
             static_dir: Some(static_dir.clone()),
             read_only_port: Some(READ_ONLY_PORT),
+            ..ConfigOptions::default()
         },
     )?;
     let mut kubelet = Kubelet::start(&ctrd, &config, Some(&kubeconfig), NODE)?;

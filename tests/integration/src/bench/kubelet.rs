@@ -86,6 +86,7 @@ pub fn run(opts: &KubeletOptions) -> Result<(Vec<Record>, Vec<String>)> {
         &ConfigOptions {
             static_dir: Some(static_dir.clone()),
             read_only_port: Some(READ_ONLY_PORT),
+            ..ConfigOptions::default()
         },
     )?;
     let mut k = Kubelet::start(&ctrd, &config, None, NODE)?;

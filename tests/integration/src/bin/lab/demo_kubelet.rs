@@ -41,6 +41,7 @@ pub fn run() -> Result<()> {
         &ConfigOptions {
             static_dir: Some(static_dir.clone()),
             read_only_port: Some(READ_ONLY_PORT),
+            ..ConfigOptions::default()
         },
     )?;
     for line in std::fs::read_to_string(&config)?.lines() {
