@@ -85,6 +85,15 @@ fn xtask_builds_without_protoc_or_bpf_linker() {
     // build would prove nothing.
     let target = root().join("target/fresh-machine-guard");
     let path = path_without_setup_tools(&target.join("missing-tools"));
+    // xtask itself always rebuilds; its dependencies are cached, and a new one
+    // whose build needs a setup tool has never been built here, so it fails.
+    let clean = cargo()
+        .args(["clean", "-p", "xtask", "--offline"])
+        .env("CARGO_TARGET_DIR", &target)
+        .current_dir(root())
+        .status()
+        .expect("cargo clean runs");
+    assert!(clean.success());
     let out = cargo()
         .args(["build", "-p", "xtask", "--offline", "--locked"])
         .env("CARGO_TARGET_DIR", &target)

@@ -6,11 +6,7 @@ use std::{path::PathBuf, process::Command};
 
 use anyhow::{Context as _, Result};
 
-use crate::util::root;
-
-/// The venv holding `helm-python-sdk`; `WEIR_TOOLS_VENV` moves it (setup and
-/// the chart tests read the same variable).
-const VENV: &str = "/opt/weir-dev/venv";
+use crate::{tools, util::root};
 
 #[derive(clap::Args)]
 pub struct HelmTemplate {
@@ -36,9 +32,7 @@ pub struct HelmTemplate {
 
 pub fn run(args: HelmTemplate) -> Result<()> {
     let root = root();
-    let venv =
-        std::env::var_os("WEIR_TOOLS_VENV").map_or_else(|| PathBuf::from(VENV), PathBuf::from);
-    let python = venv.join("bin/python");
+    let python = tools::python();
     let mut cmd = Command::new(&python);
     cmd.arg(root.join("helm/template.py"))
         .arg("template")

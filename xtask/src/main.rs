@@ -2,7 +2,7 @@
 //!
 //! xtask links no workspace crate and nothing whose build needs a tool that
 //! `setup` installs (protoc, bpf-linker, clang), so `cargo xtask setup` compiles
-//! on a fresh machine; `tests/fresh_machine.rs` guards that. The demos and
+//! on a fresh machine; `fresh_machine.rs` guards that. The demos and
 //! benches link the test harness and live in the `weir-lab` binary, which xtask
 //! builds and runs after setup.
 mod dev_apiserver;

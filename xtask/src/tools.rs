@@ -83,13 +83,29 @@ fn kubectl(venv: &Path) -> Result<()> {
     if !pip_bin.exists() {
         bail!("{KUBECTL} installed no {}", pip_bin.display());
     }
-    let _ = std::fs::remove_file(KUBECTL_LINK);
+    // Only our own link is replaced: anything else there is the user's.
+    match std::fs::symlink_metadata(KUBECTL_LINK) {
+        Err(_) => {}
+        Ok(m) if m.file_type().is_symlink() && is_ours(&venv.join("bin")) => {
+            std::fs::remove_file(KUBECTL_LINK)?;
+        }
+        Ok(_) => bail!(
+            "{KUBECTL_LINK} exists but does not run; remove or fix it, or put a working \
+             kubectl on PATH, then run setup again"
+        ),
+    }
     std::os::unix::fs::symlink(&pip_bin, KUBECTL_LINK)
         .with_context(|| format!("cannot link {KUBECTL_LINK}"))?;
     let v = output(Command::new(KUBECTL_LINK).args(["version", "--client"]))
         .context("the kubectl from PyPI does not run")?;
     eprintln!("setup: kubectl {}", v.lines().next().unwrap_or("").trim());
     Ok(())
+}
+
+/// Whether the kubectl link points into our venv's bin (a venv moved or
+/// rebuilt leaves it dangling).
+fn is_ours(venv_bin: &Path) -> bool {
+    std::fs::read_link(KUBECTL_LINK).is_ok_and(|t| t.starts_with(venv_bin))
 }
 
 fn pip(py: &Path, requirement: &str) -> Result<()> {

@@ -69,20 +69,18 @@ fn images_dir() -> PathBuf {
     )
 }
 
-/// The agent's image archive; built from `WEIR_BIN_DIR` when `cargo xtask
-/// test` has not built it already.
+/// The agent's image archive, rebuilt from `WEIR_BIN_DIR` when missing or
+/// older than the agent binary (so a changed agent is never tested in an
+/// old image).
 pub fn agent_archive() -> Result<PathBuf> {
     let dir = images_dir();
-    let file = dir.join(format!("weir-agent-{}.oci.tar", env!("CARGO_PKG_VERSION")));
-    if !file.exists() {
-        let bin_dir = crate::bin("weir-agent")
-            .parent()
-            .context("bin dir")?
-            .to_path_buf();
-        let work = std::env::temp_dir().join(format!("{DIR_PREFIX}{}-img", std::process::id()));
-        let built = release_images::build_all(&bin_dir, &work, &dir);
-        let _ = std::fs::remove_dir_all(&work);
-        built?;
+    let file = release_images::archive_path(&dir, "weir-agent");
+    let mtime = |p: &std::path::Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let fresh = mtime(&file)
+        .zip(mtime(&crate::bin("weir-agent")))
+        .is_some_and(|(image, bin)| image >= bin);
+    if !fresh {
+        release_images::build_from_harness_bins(&dir)?;
     }
     Ok(file)
 }

@@ -155,6 +155,16 @@ pub fn check_libraries(rootfs: &Path) -> Result<()> {
                     .arg(&inside)
                     .output()?;
                 let text = String::from_utf8_lossy(&out.stdout);
+                let err = String::from_utf8_lossy(&out.stderr);
+                // A static binary is no failure; any other refusal is, since
+                // it would otherwise look like "nothing missing".
+                if !out.status.success() && !format!("{text}{err}").contains("not a dynamic") {
+                    missing.push(format!(
+                        "{}: the loader failed: {}",
+                        inside.display(),
+                        err.trim()
+                    ));
+                }
                 for l in text.lines().filter(|l| l.contains("not found")) {
                     missing.push(format!("{}: {}", inside.display(), l.trim()));
                 }

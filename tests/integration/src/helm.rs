@@ -8,7 +8,9 @@ use std::{
 use anyhow::{Context as _, Result, ensure};
 use serde_json::Value;
 
-/// The venv with `helm-python-sdk`; `WEIR_TOOLS_VENV` moves it, as for xtask.
+/// The venv with `helm-python-sdk`; `WEIR_TOOLS_VENV` moves it. The source of
+/// truth is xtask/src/tools.rs (xtask links nothing of this crate, nor this of
+/// xtask).
 const VENV: &str = "/opt/weir-dev/venv";
 
 pub fn workspace_root() -> PathBuf {
@@ -17,11 +19,16 @@ pub fn workspace_root() -> PathBuf {
 
 /// `helm template weir helm/weir -n NAMESPACE -f VALUES`, parsed: one JSON
 /// value per rendered object.
+/// The venv's Python, which runs helm/template.py.
+pub fn python() -> PathBuf {
+    std::env::var_os("WEIR_TOOLS_VENV")
+        .map_or_else(|| PathBuf::from(VENV), PathBuf::from)
+        .join("bin/python")
+}
+
 pub fn template(namespace: &str, values: &Path) -> Result<Vec<Value>> {
-    let venv =
-        std::env::var_os("WEIR_TOOLS_VENV").map_or_else(|| PathBuf::from(VENV), PathBuf::from);
     let root = workspace_root();
-    let out = Command::new(venv.join("bin/python"))
+    let out = Command::new(python())
         .arg(root.join("helm/template.py"))
         .arg("template")
         .arg(root.join("helm/weir"))

@@ -87,9 +87,12 @@ pub fn build_all(bin_dir: &Path, work: &Path, out: &Path) -> Result<Vec<Built>> 
     let mut built = Vec::new();
     for component in ["weir-agent", "weir-kubelet"] {
         let image = build(component, bin_dir, &work.join(component))?;
-        let file = out.join(format!("{component}-{VERSION}.oci.tar"));
+        let file = archive_path(out, component);
         let archive = oci_archive(&image)?;
-        std::fs::write(&file, &archive)?;
+        // Renamed into place: a reader never takes a half-written archive.
+        let tmp = out.join(format!(".{component}.{}.tmp", std::process::id()));
+        std::fs::write(&tmp, &archive)?;
+        std::fs::rename(&tmp, &file)?;
         built.push(Built {
             digest: manifest_digest(&archive)?,
             name: image.name,
@@ -97,6 +100,28 @@ pub fn build_all(bin_dir: &Path, work: &Path, out: &Path) -> Result<Vec<Built>> 
         });
     }
     Ok(built)
+}
+
+/// [`build_all`] from the binaries the harness runs (`WEIR_BIN_DIR`), with
+/// a scratch work directory of its own.
+pub fn build_from_harness_bins(out: &Path) -> Result<Vec<Built>> {
+    let bin_dir = crate::bin("weir-agent")
+        .parent()
+        .map(Path::to_path_buf)
+        .context("no bin dir")?;
+    let work = std::env::temp_dir().join(format!(
+        "{}{}",
+        crate::topology::DIR_PREFIX,
+        crate::topology::unique_id("img")
+    ));
+    let built = build_all(&bin_dir, &work, out);
+    let _ = std::fs::remove_dir_all(&work);
+    built
+}
+
+/// The archive [`build_all`] writes for `component` in `out`.
+pub fn archive_path(out: &Path, component: &str) -> PathBuf {
+    out.join(format!("{component}-{VERSION}.oci.tar"))
 }
 
 /// One image: the rootfs for `component`, its stripped binary, annotations.
@@ -131,6 +156,7 @@ pub fn build(component: &str, bin_dir: &Path, work: &Path) -> Result<Image> {
         entrypoint: vec![entrypoint.to_owned()],
         cmd: Vec::new(),
         annotations: annotations(component)?,
+        user: String::new(),
     })
 }
 

@@ -349,11 +349,18 @@ pub struct Bpffs {
 
 impl Bpffs {
     pub fn mount(dir: PathBuf) -> Result<Self> {
+        // Below a harness directory in the temp dir, with no `..` to climb
+        // back out of it.
         let owned = dir.parent().is_some_and(|p| {
-            p.components().any(|c| {
-                c.as_os_str()
-                    .to_str()
-                    .is_some_and(|n| n.starts_with(DIR_PREFIX))
+            let below = p.strip_prefix(std::env::temp_dir()).ok();
+            below.is_some_and(|b| {
+                b.components()
+                    .all(|c| matches!(c, std::path::Component::Normal(_)))
+                    && b.components().next().is_some_and(|c| {
+                        c.as_os_str()
+                            .to_str()
+                            .is_some_and(|n| n.starts_with(DIR_PREFIX))
+                    })
             })
         });
         anyhow::ensure!(

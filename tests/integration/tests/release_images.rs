@@ -8,7 +8,11 @@ use std::{
 
 use anyhow::{Context as _, Result, ensure};
 use serde_json::Value;
-use weir_integration::{helm::workspace_root, release_images};
+use weir_integration::{
+    helm::workspace_root,
+    release_images,
+    topology::{DIR_PREFIX, unique_id},
+};
 
 fn bin_dir() -> PathBuf {
     weir_integration::bin("weir-agent")
@@ -18,7 +22,7 @@ fn bin_dir() -> PathBuf {
 }
 
 fn scratch(tag: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("weir-test-{}-{tag}", std::process::id()))
+    std::env::temp_dir().join(format!("{DIR_PREFIX}{}", unique_id(tag)))
 }
 
 /// Removes a scratch directory even when the test fails.
@@ -33,6 +37,35 @@ impl Drop for Scratch {
 fn read_blob(layout: &Path, digest: &str) -> Result<Vec<u8>> {
     let hex = digest.strip_prefix("sha256:").context("sha256 digest")?;
     Ok(std::fs::read(layout.join("blobs/sha256").join(hex))?)
+}
+
+/// The root filesystem of a one-layer archive, unpacked under `dir`.
+fn unpack(archive: &Path, dir: &Path) -> Result<PathBuf> {
+    let layout = dir.join("layout");
+    let rootfs = dir.join("rootfs");
+    std::fs::create_dir_all(&layout)?;
+    std::fs::create_dir_all(&rootfs)?;
+    let untar = |file: &Path, into: &Path| -> Result<()> {
+        let ok = Command::new("tar")
+            .arg("-xf")
+            .arg(file)
+            .arg("-C")
+            .arg(into)
+            .status()?
+            .success();
+        ensure!(ok, "tar -x of {}", file.display());
+        Ok(())
+    };
+    untar(archive, &layout)?;
+    let index: Value = serde_json::from_slice(&std::fs::read(layout.join("index.json"))?)?;
+    let manifest: Value = serde_json::from_slice(&read_blob(
+        &layout,
+        index["manifests"][0]["digest"].as_str().context("digest")?,
+    )?)?;
+    let layer = manifest["layers"][0]["digest"].as_str().context("layer")?;
+    let hex = layer.strip_prefix("sha256:").context("sha256")?;
+    untar(&layout.join("blobs/sha256").join(hex), &rootfs)?;
+    Ok(rootfs)
 }
 
 #[test]
@@ -117,6 +150,10 @@ fn agent_image_is_an_annotated_layout_whose_tools_run() -> Result<()> {
         (&["ip6tables-legacy-restore", "--version"][..], "legacy"),
         (&["ip6tables-nft-restore", "--version"][..], "nf_tables"),
         (&["nft", "--version"][..], "nftables"),
+        // The alternatives' choice, as on a new Debian system.
+        (&["iptables", "--version"][..], "nf_tables"),
+        (&["iptables-save", "--version"][..], "nf_tables"),
+        (&["ip6tables-restore", "--version"][..], "nf_tables"),
         (
             &["sh", "-c", "command -v mount nsenter stat"][..],
             "nsenter",
@@ -133,6 +170,20 @@ fn agent_image_is_an_annotated_layout_whose_tools_run() -> Result<()> {
             "{cmd:?} in the image: {text}"
         );
     }
+    let kubelet = built
+        .iter()
+        .find(|b| b.name == release_images::reference("weir-kubelet"))
+        .context("no kubelet image")?;
+    let kubelet_root = unpack(&kubelet.file, &work.0.join("kubelet"))?;
+    let out = Command::new("chroot")
+        .arg(&kubelet_root)
+        .args(["weir-kubelet", "--version"])
+        .output()?;
+    ensure!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("weir-kubelet"),
+        "weir-kubelet in its image: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let packages = std::fs::read_to_string(rootfs.join("usr/share/doc/weir/debian-packages.txt"))?;
     ensure!(
         packages.lines().any(|l| l.starts_with("iptables ")),

@@ -205,7 +205,7 @@ fn defaults_render_kube_proxy_like_daemonset() {
     assert_eq!(msc.privileged, None, "no privileged container");
     assert_eq!(msc.app_armor_profile.unwrap().type_, "Unconfined");
     let script = mount.args.clone().unwrap().join("\n");
-    assert!(script.contains("nsenter --mount=\"$host/ns/mnt\" -- mount -t bpf bpf /sys/fs/bpf"));
+    assert!(script.contains("nsenter --mount=\"$host/ns/mnt\" -- mount -t bpf bpf \"$BPF_ROOT\""));
     assert!(
         script.contains("--cgroup=\"$host/ns/cgroup\""),
         "cgroup2 from the host's cgroup namespace"
@@ -216,10 +216,23 @@ fn defaults_render_kube_proxy_like_daemonset() {
         (mm[0].mount_path.as_str(), mm[0].read_only),
         ("/hostproc", Some(true))
     );
+    let env: Vec<(String, Option<String>)> = mount
+        .env
+        .clone()
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.name, e.value))
+        .collect();
     assert_eq!(
-        mount.env.clone().unwrap()[0].value.as_deref(),
-        Some("/run/weir/cgroupv2"),
-        "mounts cgroup2 where the agent's --cgroup points"
+        env,
+        [
+            ("BPF_ROOT".to_owned(), Some("/sys/fs/bpf".to_owned())),
+            (
+                "CGROUP_ROOT".to_owned(),
+                Some("/run/weir/cgroupv2".to_owned())
+            ),
+        ],
+        "mounts bpffs and cgroup2 where the agent's volumes (bpf.root, cgroup.hostRoot) point"
     );
     for c in inits.iter().chain(&pod.containers) {
         for m in c.volume_mounts.as_deref().unwrap_or_default() {

@@ -2,7 +2,7 @@
 //! containers.
 use crate::{
     checks::{AGENT_CAPS, AGENT_CAPS_MINIMAL, caps, default_args, set, strs},
-    render::render_ok,
+    render::{render_err, render_ok},
 };
 
 #[test]
@@ -281,4 +281,92 @@ nodeSelector:
     // --set integers are int64, as in Helm.
     let r = render_ok(&["--set", "maps.maxServices=1000000"]);
     assert!(r.args().contains(&"--max-services=1000000".to_owned()));
+}
+
+/// Nodes whose bpffs or cgroup2 live elsewhere, and a kubeconfig mounted
+/// from the host: the volumes and the init container follow the values,
+/// while the agent's paths inside the container stay fixed.
+#[test]
+fn host_paths_and_extra_volumes_follow_the_values() {
+    let r = render_ok(&[
+        "--set",
+        "bpf.root=/run/bpffs",
+        "--set",
+        "cgroup.hostRoot=/sys/fs/cgroup",
+        "--set-json",
+        r#"extraVolumes=[{"name":"kc","hostPath":{"path":"/etc/weir/kc","type":"File"}}]"#,
+        "--set-json",
+        r#"extraVolumeMounts=[{"name":"kc","mountPath":"/etc/weir/kubeconfig","readOnly":true}]"#,
+        "--set-json",
+        r#"extraArgs=["--kubeconfig=/etc/weir/kubeconfig"]"#,
+    ]);
+    r.check_all_typed();
+    let pod = r.pod();
+    let host_paths: Vec<(String, String)> = pod
+        .volumes
+        .clone()
+        .unwrap()
+        .into_iter()
+        .filter_map(|v| Some((v.name, v.host_path?.path)))
+        .collect();
+    assert_eq!(
+        host_paths,
+        [
+            ("bpf-maps".to_owned(), "/run/bpffs".to_owned()),
+            ("cgroup-root".to_owned(), "/sys/fs/cgroup".to_owned()),
+            ("hostproc".to_owned(), "/proc".to_owned()),
+            ("kc".to_owned(), "/etc/weir/kc".to_owned()),
+        ]
+    );
+    let env: Vec<(String, Option<String>)> = pod.init_containers.unwrap()[0]
+        .env
+        .clone()
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.name, e.value))
+        .collect();
+    assert_eq!(
+        env,
+        [
+            ("BPF_ROOT".to_owned(), Some("/run/bpffs".to_owned())),
+            ("CGROUP_ROOT".to_owned(), Some("/sys/fs/cgroup".to_owned())),
+        ]
+    );
+    let agent = r.agent();
+    let mounts: Vec<String> = agent
+        .volume_mounts
+        .clone()
+        .unwrap()
+        .into_iter()
+        .map(|m| m.mount_path)
+        .collect();
+    assert_eq!(
+        mounts,
+        [
+            "/sys/fs/bpf",
+            "/run/weir/cgroupv2",
+            "/host/proc",
+            "/etc/weir/kubeconfig"
+        ]
+    );
+    let args = r.args();
+    assert!(
+        args.contains(&"--bpffs=/sys/fs/bpf/weir".to_owned()),
+        "{args:?}"
+    );
+    assert_eq!(
+        args.last().map(String::as_str),
+        Some("--kubeconfig=/etc/weir/kubeconfig")
+    );
+}
+
+#[test]
+fn host_paths_must_be_absolute() {
+    for (set, field) in [
+        ("bpf.root=sys/fs/bpf", "/bpf/root"),
+        ("cgroup.hostRoot=cgroup", "/cgroup/hostRoot"),
+    ] {
+        let e = render_err(&["--set", set]);
+        assert!(e.contains(field) && e.contains("pattern"), "{set}: {e}");
+    }
 }

@@ -12,10 +12,6 @@ use crate::parse::Rendered;
 pub(crate) const NS: &str = "kube-system";
 pub(crate) const RELEASE: &str = "weir";
 
-/// The venv `cargo xtask setup` puts Helm's engine (`helm-python-sdk`) in;
-/// `WEIR_TOOLS_VENV` moves it, as for xtask.
-const VENV: &str = "/opt/weir-dev/venv";
-
 pub(crate) fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../..")
@@ -25,9 +21,7 @@ pub(crate) fn root() -> PathBuf {
 
 /// Runs `helm/template.py MODE CHART args...` with the venv's Python.
 pub(crate) fn helm(mode: &str, chart: &Path, args: &[&str]) -> Output {
-    let venv =
-        std::env::var_os("WEIR_TOOLS_VENV").map_or_else(|| PathBuf::from(VENV), PathBuf::from);
-    let python = venv.join("bin/python");
+    let python = weir_integration::helm::python();
     Command::new(&python)
         .arg(root().join("helm/template.py"))
         .arg(mode)

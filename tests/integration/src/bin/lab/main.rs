@@ -69,15 +69,8 @@ fn main() -> anyhow::Result<()> {
 }
 
 fn images(out: &std::path::Path) -> anyhow::Result<()> {
-    let out = root().join(out);
-    let work = std::env::temp_dir().join(format!("weir-test-{}-images", std::process::id()));
-    let bin_dir = weir_integration::bin("weir-agent")
-        .parent()
-        .map(std::path::Path::to_path_buf)
-        .unwrap_or_default();
-    let built = weir_integration::release_images::build_all(&bin_dir, &work, &out);
-    let _ = std::fs::remove_dir_all(&work);
-    for b in built? {
+    let built = weir_integration::release_images::build_from_harness_bins(&root().join(out))?;
+    for b in built {
         println!("{}  {}  {}", b.name, b.digest, b.file.display());
     }
     println!(
