@@ -109,6 +109,9 @@ impl Drop for Served {
 struct ServiceHealth {
     id: ServiceId,
     local_endpoints: AtomicUsize,
+    /// Listeners (0.0.0.0 and `[::]`) currently reported as unbound: the
+    /// Service's failure is withdrawn only when the last one recovers.
+    unbound_listeners: AtomicUsize,
     proxy: Arc<Health>,
     sink: Sink,
 }
@@ -173,6 +176,7 @@ impl HealthChecks {
         let state = Arc::new(ServiceHealth {
             id: svc.clone(),
             local_endpoints: AtomicUsize::new(local_endpoints),
+            unbound_listeners: AtomicUsize::new(0),
             proxy: server.health.clone(),
             sink: server.sink.clone(),
         });
@@ -299,6 +303,9 @@ impl Unbound<'_> {
             .health_check_unbound
             .get_or_create(&self.label())
             .set(1);
+        if !self.reported {
+            self.state.unbound_listeners.fetch_add(1, Ordering::SeqCst);
+        }
         self.reported = true;
         // Without the address: the IPv4 and IPv6 listeners of one port fail
         // alike, and the Event filter keeps one Event per distinct message.
@@ -325,10 +332,14 @@ impl Drop for Unbound<'_> {
         if self.reported {
             let sink = &self.state.sink;
             sink.metrics.health_check_unbound.remove(&self.label());
-            sink.reports.send(Report::Recovered {
-                service: self.state.id.clone(),
-                stage: Stage::HealthCheck,
-            });
+            // The other family's listener may still fail: only the last
+            // listener to recover withdraws the Service's report.
+            if self.state.unbound_listeners.fetch_sub(1, Ordering::SeqCst) == 1 {
+                sink.reports.send(Report::Recovered {
+                    service: self.state.id.clone(),
+                    stage: Stage::HealthCheck,
+                });
+            }
         }
     }
 }

@@ -267,7 +267,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
             .context("starting containerd (cargo xtask setup)")?;
         let nsenter_pid = child.id();
         self.child = Some(child);
-        self.pid = only_child(nsenter_pid, "containerd")?;
+        self.pid = only_child(nsenter_pid, "containerd")
+            .with_context(|| format!("containerd.log:\n{}", self.log()))?;
         Ok(())
     }
 
@@ -319,9 +320,11 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         let Some(mut child) = self.child.take() else {
             return;
         };
-        let pid = i32::try_from(self.pid).unwrap_or(0);
-        // SAFETY: kill has no memory-safety preconditions.
-        unsafe { libc::kill(pid, libc::SIGTERM) };
+        // 0 (containerd never appeared) would signal our own process group.
+        if let Ok(pid @ 1..) = i32::try_from(self.pid) {
+            // SAFETY: kill has no memory-safety preconditions.
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+        }
         let deadline = Instant::now() + Duration::from_secs(5);
         while Instant::now() < deadline {
             if child.try_wait().ok().flatten().is_some() {
