@@ -18,7 +18,11 @@ use weir_kubelet::{
 };
 
 #[derive(Parser, Debug)]
-#[command(name = "weir-kubelet", about = "A minimal kubelet on containerd's CRI")]
+#[command(
+    name = "weir-kubelet",
+    version,
+    about = "A minimal kubelet on containerd's CRI"
+)]
 struct Args {
     /// A kubelet.config.k8s.io/v1beta1 KubeletConfiguration file.
     #[arg(long)]
@@ -117,6 +121,7 @@ async fn run(args: Args, config: Config) -> Result<(), MainError> {
 
     let mut worker_config = WorkerConfig::new(&config, &node_name);
     worker_config.pods_dir = args.root_dir.join("pods");
+    worker_config.seccomp_dir = args.root_dir.join("seccomp");
     worker_config.pod_log_dir = args.pod_logs_dir.clone();
     worker_config.cgroup_root = args.cgroup_root.clone();
     worker_config.objects = objects;

@@ -58,6 +58,8 @@ pub struct WorkerConfig {
     pub pod_log_dir: PathBuf,
     /// Per-pod directories (emptyDir, projected configMap/secret files).
     pub pods_dir: PathBuf,
+    /// Localhost seccomp profiles live below it (`<root-dir>/seccomp`).
+    pub seccomp_dir: PathBuf,
     /// Pod cgroups go under `<cgroup_root>[/burstable|/besteffort]/pod<uid>`.
     pub cgroup_root: String,
     /// The node's resolver config, for pods that do not use the cluster's;
@@ -82,6 +84,7 @@ impl WorkerConfig {
             cluster_domain: config.cluster_domain.clone(),
             pod_log_dir: "/var/log/pods".into(),
             pods_dir: "/var/lib/kubelet/pods".into(),
+            seccomp_dir: "/var/lib/kubelet/seccomp".into(),
             cgroup_root: "/kubepods".into(),
             resolv_conf: config.resolv_conf.clone(),
             relist_period: Duration::from_secs(1),

@@ -177,7 +177,11 @@ pub fn sandbox_config(cfg: &WorkerConfig, spec: &PodSpec, attempt: u32) -> Sandb
             host_ipc: spec.host_ipc,
             share_process_namespace: spec.share_process_namespace,
             selinux: spec.security.se_linux.as_ref().map(selinux),
-            seccomp: spec.security.seccomp.as_ref().map(profile),
+            seccomp: spec
+                .security
+                .seccomp
+                .as_ref()
+                .map(|p| seccomp_profile(cfg, p)),
         },
     }
 }
@@ -241,7 +245,7 @@ pub fn container_config(i: &ContainerInputs<'_>) -> Result<ContainerConfig, Cont
         annotations,
         log_path: Some(PathBuf::from(format!("{}/{}.log", c.name, i.restart_count))),
         resources,
-        security: container_security(&c.security),
+        security: container_security(cfg, &c.security),
     })
 }
 
@@ -262,10 +266,22 @@ fn profile(p: &pod::SecurityProfile) -> cri::SecurityProfile {
     }
 }
 
+/// A Localhost seccomp profile is a file below `<root-dir>/seccomp` (the
+/// conversion refused absolute paths and `..`), handed to the runtime as an
+/// absolute path, as the kubelet does; AppArmor profiles stay names.
+fn seccomp_profile(cfg: &WorkerConfig, p: &pod::SecurityProfile) -> cri::SecurityProfile {
+    match p {
+        pod::SecurityProfile::Localhost(rel) => {
+            cri::SecurityProfile::Localhost(cfg.seccomp_dir.join(rel).display().to_string())
+        }
+        other => profile(other),
+    }
+}
+
 /// kuberuntime `determineEffectiveSecurityContext` on the already merged
 /// context. Seccomp defaults to Unconfined, as the kubelet's
 /// `seccompDefault: false` sends it.
-fn container_security(s: &pod::SecurityContext) -> cri::ContainerSecurity {
+fn container_security(cfg: &WorkerConfig, s: &pod::SecurityContext) -> cri::ContainerSecurity {
     cri::ContainerSecurity {
         run_as_user: s.run_as_user,
         run_as_group: s.run_as_group,
@@ -280,7 +296,9 @@ fn container_security(s: &pod::SecurityContext) -> cri::ContainerSecurity {
         seccomp: Some(
             s.seccomp
                 .as_ref()
-                .map_or(cri::SecurityProfile::Unconfined, profile),
+                .map_or(cri::SecurityProfile::Unconfined, |p| {
+                    seccomp_profile(cfg, p)
+                }),
         ),
     }
 }

@@ -125,6 +125,35 @@ fn host_network_privileged_pod() {
 }
 
 #[test]
+fn localhost_seccomp_profiles_are_files_below_the_root_dir() {
+    let d = Dir::new("seccomp");
+    let mut cfg = config(&d.0);
+    cfg.seccomp_dir = PathBuf::from("/var/lib/kubelet/seccomp");
+    let spec = pod(json!({
+        "securityContext": {"seccompProfile": {"type": "Localhost", "localhostProfile": "pod.json"}},
+        "containers": [{"name": "c", "image": "i:1", "securityContext": {
+            "seccompProfile": {"type": "Localhost", "localhostProfile": "profiles/c.json"}}}],
+    }));
+    let local = |p: &str| Some(cri::SecurityProfile::Localhost(p.into()));
+    let sb = sandbox_config(&cfg, &spec, 0);
+    assert_eq!(
+        sb.security.seccomp,
+        local("/var/lib/kubelet/seccomp/pod.json")
+    );
+    let c = container(&ContainerInputs {
+        cfg: &cfg,
+        pod: &spec,
+        container: spec.container("c").unwrap(),
+        restart_count: 0,
+        pod_ip: None,
+    });
+    assert_eq!(
+        c.security.seccomp,
+        local("/var/lib/kubelet/seccomp/profiles/c.json")
+    );
+}
+
+#[test]
 fn dns_of_host_network_pods_by_policy() {
     let d = Dir::new("dns");
     let mut cfg = config(&d.0);

@@ -53,6 +53,7 @@ fn config() -> WorkerConfig {
         cluster_domain: None,
         pod_log_dir: dir.join("logs"),
         pods_dir: dir.join("pods"),
+        seccomp_dir: dir.join("seccomp"),
         cgroup_root: "/kubepods".into(),
         resolv_conf: "/nonexistent".into(),
         relist_period: Duration::from_secs(1),

@@ -155,6 +155,7 @@ pub(crate) fn worker_config(ctrd: &Containerd) -> WorkerConfig {
         cluster_domain: Some("cluster.local".into()),
         pod_log_dir: ctrd.dir.join("pod-logs"),
         pods_dir: ctrd.dir.join("kubelet/pods"),
+        seccomp_dir: ctrd.dir.join("kubelet/seccomp"),
         cgroup_root: ctrd.cgroup_parent(),
         resolv_conf: "/etc/resolv.conf".into(),
         relist_period: Duration::from_secs(1),
