@@ -154,9 +154,9 @@ pub fn build(component: &str, bin_dir: &Path, work: &Path) -> Result<Image> {
         name: reference(component),
         layer: layer.finish()?,
         entrypoint: vec![entrypoint.to_owned()],
-        cmd: Vec::new(),
         annotations: annotations(component)?,
-        user: String::new(),
+        // Root, no Cmd: see agent/Dockerfile for why the agent runs as uid 0.
+        ..Image::default()
     })
 }
 
