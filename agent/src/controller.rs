@@ -19,7 +19,7 @@ use crate::{
     report::{Reason, Report, Reports, Stage},
     sockdestroy::SocketReaper,
     source::SourceMsg,
-    store::{DesiredService, Rejected, Store},
+    store::{DesiredService, Rejected, Store, StoreError},
     telemetry::{
         Health, Metrics,
         metrics::{KindLabel, MapLabel, ReasonLabel},
@@ -57,6 +57,12 @@ pub struct Controller<M> {
     store: Store,
     reconciler: Reconciler<M>,
     failed: BTreeSet<ServiceId>,
+    /// Services whose last sync failed because the kernel refused a map
+    /// write. Only these hold the agent's health down: a Service that is
+    /// invalid, conflicts with another or does not fit is that Service's
+    /// problem (an Event and metrics say so), and a tenant must not be able
+    /// to take every node out of its load balancers by creating one.
+    broken: BTreeSet<ServiceId>,
     last_error: HashMap<ServiceId, String>,
     synced: bool,
     /// Map writes until the first full sync: zero after a restart that found
@@ -66,6 +72,9 @@ pub struct Controller<M> {
     triggers: HashMap<ServiceId, Vec<SystemTime>>,
     /// The store's last rejection of each Service, to log and report it once.
     rejected: HashMap<ServiceId, String>,
+    /// The frontends the store last kept from each Service (another Service
+    /// serves them), as one message, to log and report it once.
+    refused: HashMap<ServiceId, String>,
     /// Services with a healthCheckNodePort listener.
     health_checked: HashSet<ServiceId>,
     /// UDP backends each Service's frontends had after its last successful
@@ -85,11 +94,13 @@ impl<M: LbMaps> Controller<M> {
             store,
             reconciler,
             failed: BTreeSet::new(),
+            broken: BTreeSet::new(),
             last_error: HashMap::new(),
             synced: false,
             initial_ops: 0,
             triggers: HashMap::new(),
             rejected: HashMap::new(),
+            refused: HashMap::new(),
             health_checked: HashSet::new(),
             udp_backends: HashMap::new(),
             udp_refs: HashMap::new(),
@@ -146,7 +157,7 @@ impl<M: LbMaps> Controller<M> {
                 // before the unclaimed ones are pruned.
                 self.sync(std::mem::take(dirty));
                 // An empty source syncs nothing, and is still in sync.
-                self.hooks.health.updated(self.failed.is_empty());
+                self.hooks.health.updated(self.broken.is_empty());
                 let removed = self.prune_stale(complete);
                 if !self.synced {
                     self.synced = true;
@@ -220,7 +231,7 @@ impl<M: LbMaps> Controller<M> {
                 .map_or(0.0, |d| d.as_secs_f64()),
         );
         self.publish_gauges();
-        self.hooks.health.updated(self.failed.is_empty());
+        self.hooks.health.updated(self.broken.is_empty());
         debug!(
             services = n,
             map_ops = ops,
@@ -238,16 +249,20 @@ impl<M: LbMaps> Controller<M> {
         let desired = match self.store.desired(id) {
             Ok(d) => {
                 self.accepted(id);
+                self.frontends_refused(id, &d.refused);
                 d
             }
             Err(r) => {
                 self.reject(r);
+                // Rejected as a whole: no frontend of it is refused any more.
+                self.frontends_refused(id, &[]);
                 DesiredService::default()
             }
         };
         match self.reconciler.sync_service(id, &desired.frontends) {
             Ok(done) => {
                 self.failed.remove(id);
+                self.broken.remove(id);
                 self.programmed(id);
                 self.after_programmed(id, &desired);
                 if self.last_error.remove(id).is_some() {
@@ -263,6 +278,11 @@ impl<M: LbMaps> Controller<M> {
             Err(e) => {
                 let msg = chain(&e);
                 let reason = reason(&e);
+                if e.is_node_fault() {
+                    self.broken.insert(id.clone());
+                } else {
+                    self.broken.remove(id);
+                }
                 if self.last_error.get(id) == Some(&msg) {
                     debug!(service = %id, "still failing: {msg}");
                 } else {
@@ -322,6 +342,47 @@ impl<M: LbMaps> Controller<M> {
             message: msg.clone(),
         });
         self.rejected.insert(r.service, msg);
+    }
+
+    /// Logs, counts and reports the frontends another Service keeps from
+    /// `id` once per distinct set, and withdraws the report when none are
+    /// left. The Service's other frontends are programmed all the same.
+    fn frontends_refused(&mut self, id: &ServiceId, refused: &[StoreError]) {
+        if refused.is_empty() {
+            if self.refused.remove(id).is_some() {
+                info!(service = %id, "every frontend of the service is its own again");
+                self.hooks.reports.send(Report::Recovered {
+                    service: id.clone(),
+                    stage: Stage::Frontends,
+                });
+            }
+            return;
+        }
+        let msg = format!(
+            "service {id}: {}",
+            refused
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; ")
+        );
+        if self.refused.get(id) == Some(&msg) {
+            return;
+        }
+        warn!(service = %id, "frontends not programmed: {msg}");
+        self.hooks
+            .metrics
+            .sync_errors
+            .get_or_create(&ReasonLabel {
+                reason: Reason::FrontendRefused.as_str().into(),
+            })
+            .inc();
+        self.hooks.reports.send(Report::Failed {
+            service: id.clone(),
+            reason: Reason::FrontendRefused,
+            message: msg.clone(),
+        });
+        self.refused.insert(id.clone(), msg);
     }
 
     fn accepted(&mut self, id: &ServiceId) {
@@ -445,226 +506,4 @@ pub fn chain(e: &dyn std::error::Error) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::net::IpAddr;
-
-    use super::*;
-    use crate::{
-        maps::{Capacity, fake::FakeMaps},
-        model::{
-            Backend, BackendState, DesiredFrontend, Frontend, NodeInfo, ServicePortSpec,
-            ServiceSpec, ServiceType,
-        },
-        store::{Change, StoreOptions},
-    };
-
-    fn controller(reports: Reports) -> Controller<FakeMaps> {
-        let cap = Capacity {
-            services: 64,
-            backends: 64,
-            revnat: 64,
-            src_ranges: 64,
-        };
-        let rec = Reconciler::restore(FakeMaps::new(cap)).unwrap();
-        let node = NodeInfo {
-            name: "n".into(),
-            zone: None,
-            addresses: vec!["192.168.0.1".parse().unwrap()],
-        };
-        let store = Store::with_options(node, StoreOptions::default());
-        Controller::new(
-            rec,
-            store,
-            Hooks {
-                reports,
-                ..Hooks::default()
-            },
-        )
-    }
-
-    fn node_port_svc(name: &str, ip: [u8; 4], node_port: u16) -> ServiceSpec {
-        ServiceSpec {
-            id: ServiceId::new("default", name),
-            kind: ServiceType::NodePort,
-            cluster_ips: vec![IpAddr::from(ip)],
-            ports: vec![ServicePortSpec {
-                name: String::new(),
-                port: 80,
-                proto: Protocol::Tcp,
-                node_port: Some(node_port),
-            }],
-            ..ServiceSpec::default()
-        }
-    }
-
-    #[test]
-    fn rejected_service_is_reported_once_and_others_are_programmed() {
-        let (reports, mut rx) = Reports::channel(16);
-        let mut ctl = controller(reports);
-        let mut dirty = BTreeSet::new();
-        ctl.handle(
-            SourceMsg::Changes(vec![
-                Change::UpsertService(node_port_svc("bad", [10, 96, 0, 1], 80)),
-                Change::UpsertService(node_port_svc("good", [10, 96, 0, 2], 30_080)),
-            ]),
-            &mut dirty,
-        );
-        ctl.sync(dirty.clone());
-        // ClusterIP and one NodePort frontend of the good Service only.
-        assert_eq!(ctl.reconciler.frontend_count(), 2);
-        let Ok(Report::Failed {
-            service,
-            reason,
-            message,
-        }) = rx.try_recv()
-        else {
-            panic!("no report");
-        };
-        assert_eq!(service, ServiceId::new("default", "bad"));
-        assert_eq!(reason, Reason::InvalidService);
-        assert!(message.contains("spec.ports[0].nodePort"), "{message}");
-        // Retrying the same rejection is quiet.
-        ctl.sync(dirty);
-        assert!(rx.try_recv().is_err());
-
-        // Fixed: programmed, and the failure is cleared.
-        let mut dirty = BTreeSet::new();
-        ctl.handle(
-            SourceMsg::Changes(vec![Change::UpsertService(node_port_svc(
-                "bad",
-                [10, 96, 0, 1],
-                30_081,
-            ))]),
-            &mut dirty,
-        );
-        ctl.sync(dirty);
-        assert_eq!(ctl.reconciler.frontend_count(), 4);
-        assert!(matches!(
-            rx.try_recv(),
-            Ok(Report::Recovered {
-                stage: Stage::Validation,
-                ..
-            })
-        ));
-    }
-
-    #[test]
-    fn node_port_handed_to_the_older_service_in_one_batch_needs_no_retry() {
-        let (reports, mut rx) = Reports::channel(16);
-        let mut ctl = controller(reports);
-        let mut dirty = BTreeSet::new();
-        // The younger "z" owns 30080 first; then the older "a" arrives and
-        // takes it. The batch syncs "a" before "z" has released the port, so
-        // "a" conflicts on its first try.
-        let mut z = node_port_svc("z", [10, 96, 0, 2], 30_080);
-        z.created = Some(200);
-        ctl.handle(
-            SourceMsg::Changes(vec![Change::UpsertService(z)]),
-            &mut dirty,
-        );
-        ctl.sync(std::mem::take(&mut dirty));
-        let mut a = node_port_svc("a", [10, 96, 0, 1], 30_080);
-        a.created = Some(100);
-        ctl.handle(
-            SourceMsg::Changes(vec![Change::UpsertService(a)]),
-            &mut dirty,
-        );
-        assert_eq!(dirty.len(), 2);
-        ctl.sync(dirty);
-        assert!(ctl.failed.is_empty(), "{:?}", ctl.failed);
-        assert!(ctl.last_error.is_empty(), "{:?}", ctl.last_error);
-        assert_eq!(ctl.reconciler.frontend_count(), 2);
-        let Ok(Report::Failed {
-            service, reason, ..
-        }) = rx.try_recv()
-        else {
-            panic!("no report");
-        };
-        assert_eq!(
-            (service, reason),
-            (ServiceId::new("default", "z"), Reason::InvalidService)
-        );
-        assert!(rx.try_recv().is_err());
-    }
-
-    fn udp(backends: &[(u8, BackendState)]) -> DesiredService {
-        let fe = Frontend {
-            addr: IpAddr::from([10, 96, 0, 53]),
-            port: 53,
-            proto: Protocol::Udp,
-            scope: crate::model::Scope::All,
-        };
-        let b = backends
-            .iter()
-            .map(|&(h, state)| Backend {
-                addr: IpAddr::from([10, 0, 0, h]),
-                port: 5353,
-                state,
-            })
-            .collect();
-        DesiredService {
-            frontends: vec![DesiredFrontend::plain(fe, b)],
-            health_check: None,
-        }
-    }
-
-    #[test]
-    fn udp_backends_gone_are_the_ones_no_frontend_keeps() {
-        use BackendState::{Active, Draining, Terminating};
-        let mut ctl = controller(Reports::none());
-        let id = ServiceId::new("kube-system", "dns");
-        assert!(
-            ctl.udp_backends_gone(&id, &udp(&[(1, Active), (2, Active)]))
-                .is_empty()
-        );
-        // Terminating but serving still gets traffic: not gone.
-        assert!(
-            ctl.udp_backends_gone(&id, &udp(&[(1, Active), (2, Terminating)]))
-                .is_empty()
-        );
-        // Draining (serving: false, terminating: true): still in the maps for
-        // tracked flows, but gone for connected UDP sockets.
-        assert_eq!(
-            ctl.udp_backends_gone(&id, &udp(&[(1, Active), (2, Draining)])),
-            ["10.0.0.2:5353".parse::<SocketAddr>().unwrap()]
-        );
-        // Leaving the slice afterwards hands nothing over twice.
-        assert!(ctl.udp_backends_gone(&id, &udp(&[(1, Active)])).is_empty());
-        // Deleted or rejected: every backend goes.
-        assert_eq!(
-            ctl.udp_backends_gone(&id, &DesiredService::default()),
-            ["10.0.0.1:5353".parse::<SocketAddr>().unwrap()]
-        );
-        assert!(ctl.udp_backends.is_empty());
-        assert!(ctl.udp_refs.is_empty());
-    }
-
-    #[test]
-    fn udp_backend_still_used_by_another_service_is_not_gone() {
-        use BackendState::Active;
-        let mut ctl = controller(Reports::none());
-        // Two Services over the same DNS pods.
-        let dns = ServiceId::new("kube-system", "kube-dns");
-        let alt = ServiceId::new("kube-system", "dns-alt");
-        assert!(
-            ctl.udp_backends_gone(&dns, &udp(&[(1, Active), (2, Active)]))
-                .is_empty()
-        );
-        assert!(
-            ctl.udp_backends_gone(&alt, &udp(&[(1, Active), (2, Active)]))
-                .is_empty()
-        );
-        // One Service drops pod 2 (or is deleted): the other still uses it.
-        assert!(ctl.udp_backends_gone(&dns, &udp(&[(1, Active)])).is_empty());
-        // `alt` is deleted: pod 2 is used by nobody now, pod 1 still by `dns`.
-        assert_eq!(
-            ctl.udp_backends_gone(&alt, &DesiredService::default()),
-            ["10.0.0.2:5353".parse::<SocketAddr>().unwrap()]
-        );
-        assert_eq!(
-            ctl.udp_backends_gone(&dns, &DesiredService::default()),
-            ["10.0.0.1:5353".parse::<SocketAddr>().unwrap()]
-        );
-        assert!(ctl.udp_refs.is_empty());
-    }
-}
+mod tests;

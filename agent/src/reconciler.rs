@@ -60,6 +60,14 @@ impl ReconcileError {
     pub const fn is_transient(&self) -> bool {
         !matches!(self, Self::TooManyBackends { .. })
     }
+
+    /// The kernel refused a write. Every Service is checked to fit before
+    /// anything is written, so no Service's content causes this: it says the
+    /// datapath itself is in trouble, which is the node's health. The other
+    /// errors are one Service's (a conflict, a full map, too many backends).
+    pub const fn is_node_fault(&self) -> bool {
+        matches!(self, Self::Map { .. } | Self::RollbackFailed { .. })
+    }
 }
 
 pub struct Reconciler<M> {

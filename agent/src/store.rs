@@ -6,6 +6,7 @@
 //! outside the configured range) live here too: the converters in `k8s` see
 //! one object at a time and know nothing of the node.
 mod backends;
+mod frontend_claims;
 mod frontends;
 
 use std::{
@@ -17,7 +18,7 @@ use std::{
 pub use frontends::{DesiredService, HealthCheck};
 
 use crate::model::{
-    DesiredFrontend, NodeInfo, Protocol, ServiceId, ServiceSpec, SliceId, SliceSpec,
+    DesiredFrontend, Frontend, NodeInfo, Protocol, ServiceId, ServiceSpec, SliceId, SliceSpec,
 };
 
 /// A change from a source.
@@ -103,6 +104,27 @@ pub enum StoreError {
         index: usize,
         ip: IpAddr,
     },
+    /// Refuses that external IP's frontends only; the Service keeps its others.
+    #[error(
+        "spec.externalIPs[{index}]: {ip} is the {what} of Service {owner}; an external IP must not be another Service's cluster IP or load-balancer IP, so it is not programmed"
+    )]
+    ExternalIpIsServiceIp {
+        index: usize,
+        ip: IpAddr,
+        /// `cluster IP` or `load-balancer IP`.
+        what: &'static str,
+        owner: ServiceId,
+    },
+    /// Refuses that frontend only; the Service keeps its others.
+    #[error(
+        "{field}: frontend {frontend} is already served by Service {owner}, which claimed it first (claims are ordered by creationTimestamp, oldest first and Services without one last, then by namespace/name), so it is not programmed"
+    )]
+    FrontendInUse {
+        /// The field that produces the frontend, e.g. `spec.externalIPs[1]`.
+        field: String,
+        frontend: Frontend,
+        owner: ServiceId,
+    },
 }
 
 impl StoreError {
@@ -112,7 +134,9 @@ impl StoreError {
             Self::NodePortOutOfRange { index, .. } | Self::NodePortInUse { index, .. } => {
                 format!("spec.ports[{index}].nodePort")
             }
-            Self::ExternalIpIsNodeAddress { index, .. } => format!("spec.externalIPs[{index}]"),
+            Self::ExternalIpIsNodeAddress { index, .. }
+            | Self::ExternalIpIsServiceIp { index, .. } => format!("spec.externalIPs[{index}]"),
+            Self::FrontendInUse { field, .. } => field.clone(),
         }
     }
 }
@@ -148,6 +172,8 @@ pub struct Store {
     /// Every claim on each node port (port, protocol), by the Services that
     /// pass their own checks (see [`Store::node_port_keys`]).
     node_ports: HashMap<(u16, Protocol), BTreeSet<Claim>>,
+    /// Every Service's claims on its frontends, valid or not.
+    claims: frontend_claims::FrontendClaims,
 }
 
 impl Store {
@@ -168,18 +194,26 @@ impl Store {
         match change {
             Change::UpsertService(spec) => {
                 if self.services.get(&spec.id) != Some(&spec) {
-                    dirty.insert(spec.id.clone());
-                    if let Some(old) = self.services.remove(&spec.id) {
-                        self.unclaim(&old, dirty);
+                    let old = self.services.remove(&spec.id);
+                    // Node-port contenders may change validity, and with it
+                    // the frontends they hold against others.
+                    let mut touched = BTreeSet::from([spec.id.clone()]);
+                    if let Some(old) = &old {
+                        self.unclaim(old, &mut touched);
+                        self.claims.remove(old, &self.node);
                     }
-                    self.claim(&spec, dirty);
+                    self.claim(&spec, &mut touched);
+                    self.claims.add(&spec, &self.node);
                     self.services.insert(spec.id.clone(), spec);
+                    self.mark_frontend_contenders(old.as_ref(), touched, dirty);
                 }
             }
             Change::DeleteService(id) => {
                 if let Some(old) = self.services.remove(&id) {
-                    self.unclaim(&old, dirty);
-                    dirty.insert(id);
+                    let mut touched = BTreeSet::from([id]);
+                    self.unclaim(&old, &mut touched);
+                    self.claims.remove(&old, &self.node);
+                    self.mark_frontend_contenders(Some(&old), touched, dirty);
                 }
             }
             Change::UpsertSlice(spec) => {
@@ -220,10 +254,27 @@ impl Store {
                     // vs node addresses) may have changed, and with it the
                     // claims it makes. Rare: rebuild them all.
                     self.reclaim_all();
+                    self.claims.rebuild(self.services.values(), &self.node);
                     dirty.extend(self.services.keys().cloned());
                 }
             }
         }
+    }
+
+    /// Adds `touched` (Services that changed or whose validity may have) to
+    /// `dirty` with everyone contending for their frontends, before and
+    /// after the change (`old` is the changed Service's previous version).
+    fn mark_frontend_contenders(
+        &self,
+        old: Option<&ServiceSpec>,
+        touched: BTreeSet<ServiceId>,
+        dirty: &mut BTreeSet<ServiceId>,
+    ) {
+        let mut out = BTreeSet::new();
+        let now = touched.iter().filter_map(|id| self.services.get(id));
+        self.frontend_contenders(old.into_iter().chain(now), &mut out);
+        dirty.extend(touched);
+        dirty.extend(out);
     }
 
     /// The node ports `svc` claims: none unless it gets frontends and passes
@@ -402,7 +453,11 @@ impl Store {
             .flatten()
             .filter_map(|s| self.slices.get(s))
             .collect();
-        Ok(frontends::desired(svc, &slices, &self.node))
+        let mut desired = frontends::desired(svc, &slices, &self.node);
+        let (kept, refused) = self.settle_frontends(svc, desired.frontends);
+        desired.frontends = kept;
+        desired.refused = refused;
+        Ok(desired)
     }
 
     /// The frontends a Service should have; empty when it is absent, gets
@@ -474,6 +529,8 @@ impl Store {
     }
 }
 
+#[cfg(test)]
+mod conflict_tests;
 #[cfg(test)]
 mod external_tests;
 #[cfg(test)]

@@ -22,6 +22,10 @@ pub enum Reason {
     InvalidEndpointSlice,
     MapFull,
     FrontendConflict,
+    /// Some of a Service's frontends are another Service's (an external IP
+    /// that is another Service's cluster or load-balancer IP, or a frontend
+    /// an older Service claimed first); its others are programmed.
+    FrontendRefused,
     TooManyBackends,
     ProgrammingFailed,
     /// kube-proxy's reason when a healthCheckNodePort cannot be listened on.
@@ -36,6 +40,8 @@ pub enum Stage {
     Programming,
     /// The Service's healthCheckNodePort listener.
     HealthCheck,
+    /// Frontends the store keeps from a Service that is otherwise programmed.
+    Frontends,
 }
 
 impl Reason {
@@ -43,6 +49,7 @@ impl Reason {
         match self {
             Self::InvalidService | Self::InvalidEndpointSlice => Stage::Validation,
             Self::FailedToStartServiceHealthcheck => Stage::HealthCheck,
+            Self::FrontendRefused => Stage::Frontends,
             _ => Stage::Programming,
         }
     }
@@ -53,6 +60,7 @@ impl Reason {
             Self::InvalidEndpointSlice => "InvalidEndpointSlice",
             Self::MapFull => "MapFull",
             Self::FrontendConflict => "FrontendConflict",
+            Self::FrontendRefused => "FrontendRefused",
             Self::TooManyBackends => "TooManyBackends",
             Self::ProgrammingFailed => "ProgrammingFailed",
             Self::FailedToStartServiceHealthcheck => "FailedToStartServiceHealthcheck",

@@ -17,6 +17,9 @@ pub struct DesiredService {
     /// Set for LoadBalancer Services with `externalTrafficPolicy: Local` and a
     /// `healthCheckNodePort`.
     pub health_check: Option<HealthCheck>,
+    /// Frontends the Service asks for that another Service keeps (see
+    /// `frontend_claims`), each naming its field; not in `frontends`.
+    pub refused: Vec<super::StoreError>,
 }
 
 /// What the healthCheckNodePort server answers for a Service.
@@ -143,5 +146,6 @@ pub fn desired(svc: &ServiceSpec, slices: &[&SliceSpec], node: &NodeInfo) -> Des
     DesiredService {
         frontends: out,
         health_check,
+        refused: Vec::new(),
     }
 }

@@ -1,7 +1,10 @@
 //! kube-proxy's health model: the agent is healthy once it has synced and as
-//! long as no change has waited longer than the bound to reach the maps. An
+//! long as no change has waited longer than the bound to be handled. An
 //! API-server outage queues nothing, so it never fails every node's health
-//! check at once; a change the agent cannot apply does, after the bound.
+//! check at once. What counts is whether the sync loop runs and the kernel
+//! takes its writes: one Service that is invalid, conflicts with another or
+//! does not fit is reported on that Service (Event, metrics), never here,
+//! or any tenant could take every node out of its load balancers.
 use std::{
     sync::Mutex,
     time::{Duration, Instant, SystemTime},
@@ -49,7 +52,8 @@ impl Health {
         self.lock().oldest_pending.get_or_insert_with(Instant::now);
     }
 
-    /// A sync finished; `complete` when nothing is left to retry.
+    /// A sync finished; `complete` unless the kernel refused a write that is
+    /// still to be retried.
     pub fn updated(&self, complete: bool) {
         let mut s = self.lock();
         s.last_updated = Some(SystemTime::now());

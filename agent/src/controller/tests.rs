@@ -1,0 +1,343 @@
+//! Controller tests over in-memory maps: rejections, conflicts, health and
+//! the UDP backends whose sockets are destroyed.
+use std::net::IpAddr;
+
+use super::*;
+use crate::{
+    maps::{Capacity, fake::FakeMaps},
+    model::{
+        Backend, BackendState, DesiredFrontend, Frontend, NodeInfo, ServicePortSpec, ServiceSpec,
+        ServiceType,
+    },
+    store::{Change, StoreOptions},
+};
+
+fn controller(reports: Reports) -> Controller<FakeMaps> {
+    let cap = Capacity {
+        services: 64,
+        backends: 64,
+        revnat: 64,
+        src_ranges: 64,
+    };
+    let rec = Reconciler::restore(FakeMaps::new(cap)).unwrap();
+    let node = NodeInfo {
+        name: "n".into(),
+        zone: None,
+        addresses: vec!["192.168.0.1".parse().unwrap()],
+    };
+    let store = Store::with_options(node, StoreOptions::default());
+    Controller::new(
+        rec,
+        store,
+        Hooks {
+            reports,
+            ..Hooks::default()
+        },
+    )
+}
+
+fn node_port_svc(name: &str, ip: [u8; 4], node_port: u16) -> ServiceSpec {
+    ServiceSpec {
+        id: ServiceId::new("default", name),
+        kind: ServiceType::NodePort,
+        cluster_ips: vec![IpAddr::from(ip)],
+        ports: vec![ServicePortSpec {
+            name: String::new(),
+            port: 80,
+            proto: Protocol::Tcp,
+            node_port: Some(node_port),
+        }],
+        ..ServiceSpec::default()
+    }
+}
+
+#[test]
+fn rejected_service_is_reported_once_and_others_are_programmed() {
+    let (reports, mut rx) = Reports::channel(16);
+    let mut ctl = controller(reports);
+    let mut dirty = BTreeSet::new();
+    ctl.handle(
+        SourceMsg::Changes(vec![
+            Change::UpsertService(node_port_svc("bad", [10, 96, 0, 1], 80)),
+            Change::UpsertService(node_port_svc("good", [10, 96, 0, 2], 30_080)),
+        ]),
+        &mut dirty,
+    );
+    ctl.sync(dirty.clone());
+    // ClusterIP and one NodePort frontend of the good Service only.
+    assert_eq!(ctl.reconciler.frontend_count(), 2);
+    let Ok(Report::Failed {
+        service,
+        reason,
+        message,
+    }) = rx.try_recv()
+    else {
+        panic!("no report");
+    };
+    assert_eq!(service, ServiceId::new("default", "bad"));
+    assert_eq!(reason, Reason::InvalidService);
+    assert!(message.contains("spec.ports[0].nodePort"), "{message}");
+    // Retrying the same rejection is quiet.
+    ctl.sync(dirty);
+    assert!(rx.try_recv().is_err());
+
+    // Fixed: programmed, and the failure is cleared.
+    let mut dirty = BTreeSet::new();
+    ctl.handle(
+        SourceMsg::Changes(vec![Change::UpsertService(node_port_svc(
+            "bad",
+            [10, 96, 0, 1],
+            30_081,
+        ))]),
+        &mut dirty,
+    );
+    ctl.sync(dirty);
+    assert_eq!(ctl.reconciler.frontend_count(), 4);
+    assert!(matches!(
+        rx.try_recv(),
+        Ok(Report::Recovered {
+            stage: Stage::Validation,
+            ..
+        })
+    ));
+}
+
+#[test]
+fn node_port_handed_to_the_older_service_in_one_batch_needs_no_retry() {
+    let (reports, mut rx) = Reports::channel(16);
+    let mut ctl = controller(reports);
+    let mut dirty = BTreeSet::new();
+    // The younger "z" owns 30080 first; then the older "a" arrives and
+    // takes it. The batch syncs "a" before "z" has released the port, so
+    // "a" conflicts on its first try.
+    let mut z = node_port_svc("z", [10, 96, 0, 2], 30_080);
+    z.created = Some(200);
+    ctl.handle(
+        SourceMsg::Changes(vec![Change::UpsertService(z)]),
+        &mut dirty,
+    );
+    ctl.sync(std::mem::take(&mut dirty));
+    let mut a = node_port_svc("a", [10, 96, 0, 1], 30_080);
+    a.created = Some(100);
+    ctl.handle(
+        SourceMsg::Changes(vec![Change::UpsertService(a)]),
+        &mut dirty,
+    );
+    assert_eq!(dirty.len(), 2);
+    ctl.sync(dirty);
+    assert!(ctl.failed.is_empty(), "{:?}", ctl.failed);
+    assert!(ctl.last_error.is_empty(), "{:?}", ctl.last_error);
+    assert_eq!(ctl.reconciler.frontend_count(), 2);
+    let Ok(Report::Failed {
+        service, reason, ..
+    }) = rx.try_recv()
+    else {
+        panic!("no report");
+    };
+    assert_eq!(
+        (service, reason),
+        (ServiceId::new("default", "z"), Reason::InvalidService)
+    );
+    assert!(rx.try_recv().is_err());
+}
+
+fn udp(backends: &[(u8, BackendState)]) -> DesiredService {
+    let fe = Frontend {
+        addr: IpAddr::from([10, 96, 0, 53]),
+        port: 53,
+        proto: Protocol::Udp,
+        scope: crate::model::Scope::All,
+    };
+    let b = backends
+        .iter()
+        .map(|&(h, state)| Backend {
+            addr: IpAddr::from([10, 0, 0, h]),
+            port: 5353,
+            state,
+        })
+        .collect();
+    DesiredService {
+        frontends: vec![DesiredFrontend::plain(fe, b)],
+        ..DesiredService::default()
+    }
+}
+
+#[test]
+fn udp_backends_gone_are_the_ones_no_frontend_keeps() {
+    use BackendState::{Active, Draining, Terminating};
+    let mut ctl = controller(Reports::none());
+    let id = ServiceId::new("kube-system", "dns");
+    assert!(
+        ctl.udp_backends_gone(&id, &udp(&[(1, Active), (2, Active)]))
+            .is_empty()
+    );
+    // Terminating but serving still gets traffic: not gone.
+    assert!(
+        ctl.udp_backends_gone(&id, &udp(&[(1, Active), (2, Terminating)]))
+            .is_empty()
+    );
+    // Draining (serving: false, terminating: true): still in the maps for
+    // tracked flows, but gone for connected UDP sockets.
+    assert_eq!(
+        ctl.udp_backends_gone(&id, &udp(&[(1, Active), (2, Draining)])),
+        ["10.0.0.2:5353".parse::<SocketAddr>().unwrap()]
+    );
+    // Leaving the slice afterwards hands nothing over twice.
+    assert!(ctl.udp_backends_gone(&id, &udp(&[(1, Active)])).is_empty());
+    // Deleted or rejected: every backend goes.
+    assert_eq!(
+        ctl.udp_backends_gone(&id, &DesiredService::default()),
+        ["10.0.0.1:5353".parse::<SocketAddr>().unwrap()]
+    );
+    assert!(ctl.udp_backends.is_empty());
+    assert!(ctl.udp_refs.is_empty());
+}
+
+#[test]
+fn udp_backend_still_used_by_another_service_is_not_gone() {
+    use BackendState::Active;
+    let mut ctl = controller(Reports::none());
+    // Two Services over the same DNS pods.
+    let dns = ServiceId::new("kube-system", "kube-dns");
+    let alt = ServiceId::new("kube-system", "dns-alt");
+    assert!(
+        ctl.udp_backends_gone(&dns, &udp(&[(1, Active), (2, Active)]))
+            .is_empty()
+    );
+    assert!(
+        ctl.udp_backends_gone(&alt, &udp(&[(1, Active), (2, Active)]))
+            .is_empty()
+    );
+    // One Service drops pod 2 (or is deleted): the other still uses it.
+    assert!(ctl.udp_backends_gone(&dns, &udp(&[(1, Active)])).is_empty());
+    // `alt` is deleted: pod 2 is used by nobody now, pod 1 still by `dns`.
+    assert_eq!(
+        ctl.udp_backends_gone(&alt, &DesiredService::default()),
+        ["10.0.0.2:5353".parse::<SocketAddr>().unwrap()]
+    );
+    assert_eq!(
+        ctl.udp_backends_gone(&dns, &DesiredService::default()),
+        ["10.0.0.1:5353".parse::<SocketAddr>().unwrap()]
+    );
+    assert!(ctl.udp_refs.is_empty());
+}
+
+/// A controller over maps with room for `services` entries, whose health
+/// fails as soon as a change waits (timeout zero), so a test sees at once
+/// what an hour would show.
+fn strict(services: u32, maps: impl FnOnce(&mut FakeMaps)) -> Controller<FakeMaps> {
+    let mut fake = FakeMaps::new(Capacity {
+        services,
+        backends: 64,
+        revnat: 64,
+        src_ranges: 64,
+    });
+    maps(&mut fake);
+    let node = NodeInfo {
+        name: "n".into(),
+        zone: None,
+        addresses: vec!["192.168.0.1".parse().unwrap()],
+    };
+    Controller::new(
+        Reconciler::restore(fake).unwrap(),
+        Store::with_options(node, StoreOptions::default()),
+        Hooks {
+            health: Arc::new(Health::new(Duration::ZERO)),
+            ..Hooks::default()
+        },
+    )
+}
+
+fn apply(ctl: &mut Controller<FakeMaps>, svcs: Vec<ServiceSpec>) {
+    let mut dirty = BTreeSet::new();
+    ctl.handle(
+        SourceMsg::Changes(svcs.into_iter().map(Change::UpsertService).collect()),
+        &mut dirty,
+    );
+    ctl.sync(dirty);
+    // Past the (zero) timeout for anything still pending.
+    std::thread::sleep(Duration::from_millis(2));
+}
+
+#[test]
+fn a_service_that_does_not_fit_or_conflicts_leaves_the_node_healthy() {
+    // Room for one NodePort Service's two frontends, not a second's.
+    let mut ctl = strict(3, |_| {});
+    apply(
+        &mut ctl,
+        vec![
+            node_port_svc("fits", [10, 96, 0, 1], 30_080),
+            node_port_svc("toobig", [10, 96, 0, 2], 30_081),
+        ],
+    );
+    assert!(ctl.failed.contains(&ServiceId::new("default", "toobig")));
+    assert!(
+        ctl.hooks.health.status().healthy,
+        "one Service that does not fit is that Service's problem"
+    );
+    // Retries keep failing; health stays.
+    ctl.sync(ctl.failed.clone());
+    std::thread::sleep(Duration::from_millis(2));
+    assert!(ctl.hooks.health.status().healthy);
+}
+
+#[test]
+fn a_map_write_the_kernel_refuses_fails_health_until_it_works() {
+    let mut ctl = strict(64, |m| m.fail_after(0));
+    apply(&mut ctl, vec![node_port_svc("a", [10, 96, 0, 1], 30_080)]);
+    assert!(!ctl.hooks.health.status().healthy, "the datapath refused");
+    // The injected failure was one write: the retry goes through.
+    ctl.sync(ctl.failed.clone());
+    assert!(ctl.hooks.health.status().healthy);
+    assert_eq!(ctl.reconciler.frontend_count(), 2);
+}
+
+#[test]
+fn a_refused_external_ip_is_reported_once_and_withdrawn_when_it_goes() {
+    let (reports, mut rx) = Reports::channel(16);
+    let mut ctl = controller(reports);
+    let victim = node_port_svc("victim", [10, 96, 0, 10], 30_080);
+    let mut evil = node_port_svc("aaa-evil", [10, 96, 0, 20], 30_081);
+    evil.external_ips = vec![IpAddr::from([10, 96, 0, 10])];
+    let mut dirty = BTreeSet::new();
+    ctl.handle(
+        SourceMsg::Changes(vec![
+            Change::UpsertService(victim),
+            Change::UpsertService(evil.clone()),
+        ]),
+        &mut dirty,
+    );
+    ctl.sync(dirty.clone());
+    assert!(ctl.failed.is_empty(), "{:?}", ctl.last_error);
+    // Both Services' cluster IPs and node ports; not evil's external IP.
+    assert_eq!(ctl.reconciler.frontend_count(), 4);
+    let Ok(Report::Failed {
+        service,
+        reason,
+        message,
+    }) = rx.try_recv()
+    else {
+        panic!("no report");
+    };
+    assert_eq!(service, ServiceId::new("default", "aaa-evil"));
+    assert_eq!(reason, Reason::FrontendRefused);
+    assert!(message.contains("spec.externalIPs[0]"), "{message}");
+    assert!(message.contains("default/victim"), "{message}");
+    ctl.sync(dirty);
+    assert!(rx.try_recv().is_err(), "reported once");
+
+    evil.external_ips.clear();
+    let mut dirty = BTreeSet::new();
+    ctl.handle(
+        SourceMsg::Changes(vec![Change::UpsertService(evil)]),
+        &mut dirty,
+    );
+    ctl.sync(dirty);
+    assert_eq!(
+        rx.try_recv(),
+        Ok(Report::Recovered {
+            service: ServiceId::new("default", "aaa-evil"),
+            stage: Stage::Frontends,
+        })
+    );
+}
