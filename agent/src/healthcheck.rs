@@ -32,25 +32,23 @@ use std::{
 
 use http_body_util::Full;
 use hyper::{Response, StatusCode, body::Bytes, header};
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 use tokio::{net::TcpListener, runtime::Handle, task::JoinHandle};
 use tracing::{debug, info, warn};
 
 use crate::{
     model::ServiceId,
     report::{Reason, Report, Reports, Stage},
-    telemetry::{Health, Metrics, metrics::ListenerLabel},
+    telemetry::{
+        Health, Metrics,
+        conns::{self, Conns},
+        metrics::ListenerLabel,
+    },
 };
 
 /// How long to wait before binding a port again: the holder may be an old
 /// agent or kube-proxy still shutting down.
 const BIND_RETRY: Duration = Duration::from_secs(5);
-
-/// How long a connection may take to send a request's headers, and how long
-/// a keep-alive connection may sit idle between requests, before it is
-/// closed. Load balancers probe every few seconds; a peer that opens
-/// connections and sends nothing must not hold them forever.
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Where listeners that cannot bind are reported.
 #[derive(Clone, Default)]
@@ -84,6 +82,9 @@ struct Server {
     health: Arc<Health>,
     sink: Sink,
     services: Mutex<HashMap<ServiceId, Served>>,
+    /// Open connections of every listener together: one Service's port
+    /// flooded with idle connections costs no more than the budget.
+    conns: Arc<Conns>,
 }
 
 /// One Service's listeners. Dropping it stops them and closes their
@@ -141,6 +142,7 @@ impl HealthChecks {
                 health,
                 sink,
                 services: Mutex::default(),
+                conns: Conns::new(conns::HEALTH_CHECK_CONNS),
             }),
         }
     }
@@ -185,7 +187,9 @@ impl HealthChecks {
             .iter()
             .map(|ip| {
                 let addr = SocketAddr::new(*ip, node_port);
-                server.rt.spawn(listen(addr, state.clone()))
+                server
+                    .rt
+                    .spawn(listen(addr, state.clone(), server.conns.clone()))
             })
             .collect();
         services.insert(
@@ -216,8 +220,9 @@ impl Server {
     }
 }
 
-/// Binds `addr` (retrying while it is taken) and answers probes until aborted.
-async fn listen(addr: SocketAddr, state: Arc<ServiceHealth>) {
+/// Binds `addr` (retrying while it is taken) and answers probes until
+/// aborted, within the connection budget all health checks share.
+async fn listen(addr: SocketAddr, state: Arc<ServiceHealth>, budget: Arc<Conns>) {
     let mut unbound = Unbound {
         state: &state,
         addr,
@@ -239,43 +244,25 @@ async fn listen(addr: SocketAddr, state: Arc<ServiceHealth>) {
     };
     drop(unbound);
     info!(service = %state.id, %addr, "serving health check");
-    // The connections live in this set: when the listener task is aborted
-    // (Service removed, port moved) the set is dropped and every keep-alive
-    // connection closes with it.
-    let mut conns = tokio::task::JoinSet::new();
-    loop {
-        let accepted = tokio::select! {
-            a = listener.accept() => a,
-            // Reap finished connections so the set does not grow.
-            Some(_) = conns.join_next(), if !conns.is_empty() => continue,
-        };
-        let (stream, peer) = match accepted {
-            Ok(c) => c,
-            Err(e) => {
-                debug!(%addr, "health check accept: {e}");
-                // Out of descriptors and the like: do not spin.
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
+    // The loop owns the connections: when the listener task is aborted
+    // (Service removed, port moved) every keep-alive connection closes.
+    let what = format!("health check {addr}");
+    conns::accept_loop(listener, &what, budget, move |stream, peer| {
         let state = state.clone();
-        conns.spawn(async move {
+        async move {
             let svc = hyper::service::service_fn(move |_req| {
                 let state = state.clone();
                 async move { Ok::<_, Infallible>(answer(&state)) }
             });
-            if let Err(e) = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                // Also bounds the idle time between keep-alive requests:
-                // hyper starts it whenever it waits for a request head.
-                .header_read_timeout(HEADER_READ_TIMEOUT)
+            if let Err(e) = conns::http1()
                 .serve_connection(TokioIo::new(stream), svc)
                 .await
             {
                 debug!(%peer, "health check connection: {e}");
             }
-        });
-    }
+        }
+    })
+    .await;
 }
 
 /// A listener that has not bound yet. Once it reported a failure, dropping it

@@ -28,9 +28,8 @@ use weir_agent::{
     source::manifests,
     store::{Change, Store, StoreOptions},
     telemetry::{
-        Health, Metrics,
+        Health, Metrics, conns,
         http::{self, Routes},
-        metrics::ProtoLabel,
     },
 };
 
@@ -404,6 +403,10 @@ fn run(args: RunArgs) -> Result<()> {
         Some(n) if !n.is_empty() => n.clone(),
         _ => hostname().context("--node-name not given and the hostname cannot be read")?,
     };
+    match conns::raise_nofile_limit() {
+        Ok((soft, _)) => info!(open_files = soft, "descriptor limit"),
+        Err(e) => warn!("cannot raise the descriptor limit: {e}"),
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -498,7 +501,7 @@ async fn run_async(args: RunArgs, node: String) -> Result<()> {
     match CtGc::open(&opts.pins.maps()) {
         Ok(gc) => {
             let m = metrics.clone();
-            gc.spawn(packet.ct_gc_interval.into(), move |r| observe_gc(&m, r))
+            gc.spawn(packet.ct_gc_interval.into(), move |r| m.observe_gc(r))
                 .context("starting the conntrack collector")?;
         }
         Err(e) => warn!("no conntrack garbage collection: {e}"),
@@ -625,18 +628,6 @@ fn health_checks(args: &RunArgs, health: &Arc<Health>, sink: healthcheck::Sink) 
 /// How often the node addresses are read again when no change was announced
 /// (or change notifications cannot be had).
 const NODE_ADDRESS_BACKSTOP: std::time::Duration = std::time::Duration::from_secs(30);
-
-fn observe_gc(metrics: &Metrics, r: &ct_gc::GcReport) {
-    metrics
-        .conntrack_entries
-        .get_or_create(&ProtoLabel {
-            proto: r.proto.to_owned(),
-        })
-        .set(i64::try_from(r.entries).unwrap_or(i64::MAX));
-    metrics
-        .conntrack_gc_deleted
-        .inc_by(u64::try_from(r.deleted).unwrap_or(u64::MAX));
-}
 
 /// The node name kube-proxy would use: the hostname, lower-cased.
 fn hostname() -> Result<String> {

@@ -16,7 +16,11 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tracing::{debug, error, info, warn};
 
-use super::{Health, Metrics, metrics::CodeLabel};
+use super::{
+    Health, Metrics,
+    conns::{self, Conns},
+    metrics::CodeLabel,
+};
 
 /// How long a listener given on the command line may stay taken before the
 /// agent gives up.
@@ -131,34 +135,34 @@ pub async fn bind_flag(flag: &'static str, value: &str) -> anyhow::Result<Option
     }
 }
 
-/// Serves on `listener` (from [`bind`]) until the task is dropped.
+/// Serves on `listener` (from [`bind`]) until the task is dropped, within
+/// the limits of [`conns`](super::conns): a header timeout and a cap on open
+/// connections, so idle connections from pods cannot starve the probes.
 pub async fn serve(listener: TcpListener, routes: Routes) {
     let what = routes.what();
     if let Ok(local) = listener.local_addr() {
         info!(addr = %local, "serving {what}");
     }
-    loop {
-        let (stream, peer) = match listener.accept().await {
-            Ok(c) => c,
-            Err(e) => {
-                debug!("{what} accept: {e}");
-                continue;
-            }
-        };
+    let cap = match routes {
+        Routes::Metrics(_) => conns::METRICS_CONNS,
+        Routes::Health(..) => conns::HEALTHZ_CONNS,
+    };
+    conns::accept_loop(listener, what, Conns::new(cap), move |stream, peer| {
         let routes = routes.clone();
-        tokio::spawn(async move {
+        async move {
             let svc = hyper::service::service_fn(move |req| {
                 let routes = routes.clone();
                 async move { Ok::<_, Infallible>(answer(&routes, &req)) }
             });
-            if let Err(e) = hyper::server::conn::http1::Builder::new()
+            if let Err(e) = conns::http1()
                 .serve_connection(TokioIo::new(stream), svc)
                 .await
             {
                 debug!(%peer, "{what} connection: {e}");
             }
-        });
-    }
+        }
+    })
+    .await;
 }
 
 fn answer<B>(routes: &Routes, req: &Request<B>) -> Response<Full<Bytes>> {

@@ -92,6 +92,17 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// One conntrack collection's outcome.
+    pub fn observe_gc(&self, r: &crate::ct_gc::GcReport) {
+        self.conntrack_entries
+            .get_or_create(&ProtoLabel {
+                proto: r.proto.to_owned(),
+            })
+            .set(i64::try_from(r.entries).unwrap_or(i64::MAX));
+        self.conntrack_gc_deleted
+            .inc_by(u64::try_from(r.deleted).unwrap_or(u64::MAX));
+    }
+
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("weir");
         let sync_duration = Histogram::new(

@@ -7,6 +7,7 @@
 //!      └──queued/updated──▶ Health ◀── Node watch (deleting?)
 //!                             └──────▶ GET /healthz, /livez  (--healthz-addr)
 //! ```
+pub mod conns;
 pub mod health;
 pub mod http;
 pub mod metrics;
