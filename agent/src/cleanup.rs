@@ -1,9 +1,52 @@
 //! `weir-agent cleanup`: detach every program and remove every pin.
 use std::{io, os::fd::AsFd as _, path::Path};
 
-use tracing::info;
+use tracing::{info, warn};
 
-use crate::datapath::{links, pins::Pins};
+use crate::datapath::{
+    links,
+    lock::{self, LockError},
+    pins::Pins,
+};
+
+#[derive(Debug, thiserror::Error)]
+pub enum CleanupError {
+    #[error(
+        "{0}; stop it first (cleanup would detach the datapath it is serving), or pass --force"
+    )]
+    AgentRunning(LockError),
+    #[error("cleaning up {}: {source}", .path.display())]
+    Io {
+        path: std::path::PathBuf,
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// `weir-agent cleanup`: [`cleanup`] while holding the agent's lock, so no
+/// agent starts half-way through. An agent that holds it is running on these
+/// pins: refused, unless `force`.
+pub fn cleanup_unless_running(pins: &Pins, force: bool) -> Result<Cleaned, CleanupError> {
+    let io_err = |source| CleanupError::Io {
+        path: pins.root().to_path_buf(),
+        source,
+    };
+    let _lock = if pins.root().is_dir() {
+        match lock::try_lock(pins.root()) {
+            Ok(l) => Some(l),
+            Err(e) if force => {
+                warn!("{e}; cleaning up anyway (--force)");
+                None
+            }
+            Err(e @ LockError::Held { .. }) => return Err(CleanupError::AgentRunning(e)),
+            Err(LockError::Io { source, .. }) => return Err(io_err(source)),
+            Err(e @ LockError::Prepare(_)) => return Err(io_err(io::Error::other(e))),
+        }
+    } else {
+        None
+    };
+    cleanup(pins).map_err(io_err)
+}
 
 #[derive(Debug, Default)]
 pub struct Cleaned {

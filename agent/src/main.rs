@@ -14,7 +14,7 @@ use weir_agent::{
     cleanup,
     controller::{Controller, Hooks},
     ct_gc::{self, CtGc},
-    datapath::{Acceleration, Datapath, LoadOptions, devices, kernel, pins::Pins},
+    datapath::{Acceleration, Datapath, LoadOptions, devices, kernel, lock, pins::Pins},
     healthcheck::{self, HealthChecks},
     inspect,
     maps::{LbMaps as _, pinned::PinnedMaps},
@@ -266,10 +266,13 @@ enum Command {
         #[command(subcommand)]
         what: Inspect,
     },
-    /// Detach every program and remove every pin.
+    /// Detach every program and remove every pin; refused while an agent runs on them.
     Cleanup {
         #[command(flatten)]
         bpffs: BpffsArg,
+        /// Clean up even though an agent holds the pins (it keeps running, unserved).
+        #[arg(long)]
+        force: bool,
     },
     /// Remove kube-proxy's iptables chains and nftables tables from this
     /// network namespace, after kube-proxy has stopped.
@@ -324,9 +327,8 @@ fn main() -> Result<()> {
             unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
             run_inspect(what)
         }
-        Some(Command::Cleanup { bpffs }) => {
-            let done = cleanup::cleanup(&Pins::new(&bpffs.path))
-                .with_context(|| format!("cleaning up {}", bpffs.path.display()))?;
+        Some(Command::Cleanup { bpffs, force }) => {
+            let done = cleanup::cleanup_unless_running(&Pins::new(&bpffs.path), force)?;
             println!("detached {} links, removed {} pins", done.links, done.pins);
             Ok(())
         }
@@ -403,6 +405,9 @@ fn run(args: RunArgs) -> Result<()> {
         Some(n) if !n.is_empty() => n.clone(),
         _ => hostname().context("--node-name not given and the hostname cannot be read")?,
     };
+    // First: a second agent on these pins fails here at once, naming the
+    // first, before it binds ports (which it would retry for 10 s).
+    let _lock = lock::lock_pins(&Pins::new(&args.bpffs.path))?;
     match conns::raise_nofile_limit() {
         Ok((soft, _)) => info!(open_files = soft, "descriptor limit"),
         Err(e) => warn!("cannot raise the descriptor limit: {e}"),

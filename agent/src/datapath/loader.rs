@@ -231,7 +231,8 @@ fn write_config(ebpf: &mut Ebpf, config: weir_abi::Config) -> Result<(), LoadErr
 /// as Cilium does. Any other `--bpffs` location must already be a bpffs mount.
 const BPFFS_DEFAULT_MOUNT: &str = "/sys/fs/bpf";
 
-fn prepare_dirs(pins: &Pins) -> Result<(), LoadError> {
+/// Mounts bpffs at its usual place if needed and makes the pin directories.
+pub fn prepare_dirs(pins: &Pins) -> Result<(), LoadError> {
     let root = pins.root();
     let default_mount = Path::new(BPFFS_DEFAULT_MOUNT);
     if root.starts_with(default_mount) && !is_bpffs(default_mount) {

@@ -4,6 +4,7 @@ pub mod devices;
 pub mod kernel;
 pub mod links;
 pub mod loader;
+pub mod lock;
 pub mod netdev;
 pub mod pins;
 mod sock;
