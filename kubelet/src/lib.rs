@@ -4,6 +4,7 @@ pub mod config;
 pub mod cri;
 pub mod flow;
 pub mod pod;
+pub mod safe_path;
 pub mod server;
 pub mod static_pods;
 pub mod worker;

@@ -58,6 +58,15 @@ pub enum StaticPodError {
     },
     #[error("{}: metadata.name: is required", path.display())]
     NoName { path: PathBuf },
+    /// An identifier that names directories (pod, logs) or cgroups is not
+    /// what the API server would accept.
+    #[error("{}: {field}: {value:?} is invalid: {reason}", path.display())]
+    Invalid {
+        path: PathBuf,
+        field: &'static str,
+        value: String,
+        reason: &'static str,
+    },
     #[error("{}: pod {namespace}/{name} is already defined by {}", path.display(), other.display())]
     Duplicate {
         path: PathBuf,
@@ -75,6 +84,7 @@ impl StaticPodError {
             | Self::Decode { path, .. }
             | Self::NotAPod { path, .. }
             | Self::NoName { path }
+            | Self::Invalid { path, .. }
             | Self::Duplicate { path, .. } => path,
         }
     }
@@ -146,6 +156,7 @@ pub fn load_file(path: &Path, node: &str, seen: Timestamp) -> Result<StaticPod, 
         .clone()
         .filter(|n| !n.is_empty())
         .unwrap_or_else(|| "default".to_owned());
+    check_identity(path, &uid, &namespace, &name)?;
     let meta = &mut pod.metadata;
     meta.uid = Some(uid.clone());
     meta.name = Some(name.clone());
@@ -173,6 +184,39 @@ pub fn load_file(path: &Path, node: &str, seen: Timestamp) -> Result<StaticPod, 
         name,
         pod,
     })
+}
+
+/// The API server validates API pods' identity; a static pod's comes from a
+/// file, and its UID, namespace and name become directory names (pod
+/// directory, log directory) and a cgroup: each must be what the API would
+/// accept, or `uid: ../../..` makes teardown remove `/`.
+fn check_identity(
+    path: &Path,
+    uid: &str,
+    namespace: &str,
+    name: &str,
+) -> Result<(), StaticPodError> {
+    let invalid = |field, value: &str, reason| StaticPodError::Invalid {
+        path: path.to_owned(),
+        field,
+        value: value.to_owned(),
+        reason,
+    };
+    if let Err(e) = crate::safe_path::uid(uid) {
+        return Err(invalid("metadata.uid", uid, e.reason));
+    }
+    if !crate::config::is_dns_label(namespace) {
+        return Err(invalid(
+            "metadata.namespace",
+            namespace,
+            "must be a DNS label",
+        ));
+    }
+    if !crate::config::is_dns_subdomain(name) {
+        // The name the kubelet gives it, `<name>-<node>`.
+        return Err(invalid("metadata.name", name, "must be a DNS subdomain"));
+    }
+    Ok(())
 }
 
 /// The mirror pod to create in the API for a static pod

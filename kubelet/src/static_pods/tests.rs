@@ -322,3 +322,56 @@ async fn watcher_stays_idle_when_nothing_changes() {
     let n = scans.load(std::sync::atomic::Ordering::Relaxed);
     assert!(n <= 2, "{n} scans in 1.5 s with nothing changing");
 }
+
+/// Issue 12 item 1: every identifier of a static pod that becomes a path (the
+/// UID names the pod directory teardown removes; namespace, name and UID name
+/// the log directory) is refused with its file and field, so a manifest with
+/// `uid: ../../..` never reaches the worker.
+#[test]
+fn identifiers_that_would_escape_a_directory_are_refused() {
+    let dir = TempDir::new("escape");
+    let with_meta = |meta: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{{meta}}}\nspec:\n  containers: [{{name: c, image: i}}]\n"
+        )
+    };
+    for (file, meta, field) in [
+        ("uid.yaml", "name: web, uid: ../../..", "metadata.uid"),
+        ("uid2.yaml", "name: web, uid: a/b", "metadata.uid"),
+        ("name.yaml", "name: ../web", "metadata.name"),
+        ("name2.yaml", "name: Web_1", "metadata.name"),
+        (
+            "ns.yaml",
+            "name: web, namespace: ../..",
+            "metadata.namespace",
+        ),
+        (
+            "ns2.yaml",
+            "name: web, namespace: a.b",
+            "metadata.namespace",
+        ),
+    ] {
+        let path = dir.write(file, &with_meta(meta));
+        match load_file(&path, "node1", now()) {
+            Ok(p) => panic!(
+                "{file}: accepted as {}/{} uid {:?}",
+                p.namespace, p.name, p.uid
+            ),
+            Err(e) => {
+                let text = e.to_string();
+                assert!(text.contains(field), "{file}: {text}");
+                assert_eq!(e.path(), path, "{file}: names the file");
+            }
+        }
+    }
+    // What the API allows still loads.
+    let ok = dir.write(
+        "ok.yaml",
+        &with_meta("name: etcd.main, namespace: kube-system, uid: 0f4e9c1a-5c5b"),
+    );
+    let p = load_file(&ok, "node1", now()).unwrap();
+    assert_eq!(
+        (p.name.as_str(), p.uid.as_str()),
+        ("etcd.main-node1", "0f4e9c1a-5c5b")
+    );
+}

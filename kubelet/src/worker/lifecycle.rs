@@ -6,7 +6,7 @@ use std::{
 
 use futures::future::join_all;
 
-use super::{pod_task::PodTask, spec};
+use super::pod_task::PodTask;
 use crate::{
     cri::{CriError, Runtime},
     pod::{
@@ -152,13 +152,8 @@ impl<R: Runtime + 'static> PodTask<R> {
                 }
             }
         }
-        if !keep_status {
-            let dir = spec::pod_dir(&self.shared.config, &self.uid);
-            if let Err(e) = std::fs::remove_dir_all(&dir)
-                && e.kind() != std::io::ErrorKind::NotFound
-            {
-                tracing::warn!(dir = %dir.display(), error = %e, "cannot remove pod directory");
-            }
+        if !keep_status && let Err(e) = super::pod_dir::remove(&self.shared.config, &self.uid) {
+            tracing::warn!(pod = %self.full_name(), error = %e, "pod directory left in place");
         }
     }
 

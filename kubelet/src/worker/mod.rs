@@ -36,8 +36,10 @@ use crate::{
 
 mod host_path;
 mod lifecycle;
+mod pod_dir;
 mod pod_task;
 mod spec;
+mod subpath;
 #[cfg(test)]
 mod tests;
 
@@ -45,6 +47,7 @@ pub use spec::{
     ApiObjects, CONTAINER_NAME_LABEL, ContainerConfigError, GRACE_ANNOTATION, POD_NAME_LABEL,
     POD_NAMESPACE_LABEL, POD_UID_LABEL, RESTART_COUNT_ANNOTATION,
 };
+pub use subpath::SubPathError;
 
 /// How the worker runs pods on this node.
 #[derive(Clone)]

@@ -51,6 +51,15 @@ pub enum ContainerConfigError {
         path: PathBuf,
         reason: &'static str,
     },
+    /// An identifier of the pod that cannot be part of a path.
+    #[error(transparent)]
+    Path(#[from] crate::safe_path::PathError),
+    #[error("volume {volume:?}: subPath {sub_path:?}: {source}")]
+    SubPath {
+        volume: String,
+        sub_path: String,
+        source: super::subpath::SubPathError,
+    },
     #[error("volume {volume:?}: {}: {source}", path.display())]
     Io {
         volume: String,
@@ -95,15 +104,12 @@ pub fn uid_filter(uid: &str) -> cri::Labels {
     cri::Labels::from([(POD_UID_LABEL.to_owned(), uid.to_owned())])
 }
 
-/// `/var/log/pods/<ns>_<name>_<uid>`, as the kubelet names it.
-pub fn log_directory(cfg: &WorkerConfig, spec: &PodSpec) -> PathBuf {
-    cfg.pod_log_dir
-        .join(format!("{}_{}_{}", spec.namespace, spec.name, spec.uid))
-}
-
-/// The pod's own directory (emptyDir and projected files live under it).
-pub fn pod_dir(cfg: &WorkerConfig, uid: &str) -> PathBuf {
-    cfg.pods_dir.join(uid)
+/// `/var/log/pods/<ns>_<name>_<uid>`, as the kubelet names it. `None` only
+/// for identifiers [`PodSpec::from_api`] refuses: the runtime then keeps no
+/// log rather than one outside `pod_log_dir`.
+pub fn log_directory(cfg: &WorkerConfig, spec: &PodSpec) -> Option<PathBuf> {
+    let name = format!("{}_{}_{}", spec.namespace, spec.name, spec.uid);
+    crate::safe_path::join_name(&cfg.pod_log_dir, "pod log directory", &name).ok()
 }
 
 pub fn sandbox_config(cfg: &WorkerConfig, spec: &PodSpec, attempt: u32) -> SandboxConfig {
@@ -160,12 +166,11 @@ pub fn sandbox_config(cfg: &WorkerConfig, spec: &PodSpec, attempt: u32) -> Sandb
             options: d.options,
         }),
         port_mappings,
-        log_directory: Some(log_directory(cfg, spec)),
-        cgroup_parent: Some(format!(
-            "{}{qos}/pod{}",
-            cfg.cgroup_root.trim_end_matches('/'),
-            spec.uid
-        )),
+        log_directory: log_directory(cfg, spec),
+        // A UID from_api refuses leaves the cgroup to the runtime.
+        cgroup_parent: crate::safe_path::uid(&spec.uid)
+            .ok()
+            .map(|uid| format!("{}{qos}/pod{uid}", cfg.cgroup_root.trim_end_matches('/'))),
         security: cri::SandboxSecurity {
             run_as_user: spec.security.run_as_user,
             run_as_group: spec.security.run_as_group,
@@ -322,19 +327,25 @@ fn mounts(
     c: &ContainerSpec,
 ) -> Result<Vec<cri::Mount>, ContainerConfigError> {
     let mut out = Vec::new();
-    for m in &c.volume_mounts {
+    for (index, m) in c.volume_mounts.iter().enumerate() {
         // from_api checked that every mount names a volume.
         let Some(v) = pod.volumes.iter().find(|v| v.name == m.name) else {
             continue;
         };
         let host = volume_path(cfg, pod, &v.name, &v.source)?;
         let host = match &m.sub_path {
+            // Never the joined path: a link in the volume could lead it out.
             Some(sub) => {
-                let p = host.join(sub);
-                if !p.exists() {
-                    std::fs::create_dir_all(&p).map_err(io_err(&v.name, &p))?;
-                }
-                p
+                let target =
+                    super::pod_dir::subpath_target(cfg, &pod.uid, &v.name, &c.name, index)?;
+                super::subpath::bind(&host, sub, &target).map_err(|source| {
+                    ContainerConfigError::SubPath {
+                        volume: v.name.clone(),
+                        sub_path: sub.clone(),
+                        source,
+                    }
+                })?;
+                target
             }
             None => host,
         };
@@ -363,12 +374,12 @@ fn volume_path(
     name: &str,
     source: &VolumeSource,
 ) -> Result<PathBuf, ContainerConfigError> {
-    let volumes = pod_dir(cfg, &pod.uid).join("volumes");
+    let dir = |plugin| super::pod_dir::volume_dir(cfg, &pod.uid, plugin, name);
     match source {
         // Memory-backed emptyDirs are plain directories here: the kubelet
         // mounts a tmpfs, which needs a mount namespace we do not manage.
         VolumeSource::EmptyDir { .. } => {
-            let p = volumes.join("kubernetes.io~empty-dir").join(name);
+            let p = dir("kubernetes.io~empty-dir")?;
             std::fs::create_dir_all(&p).map_err(io_err(name, &p))?;
             Ok(p)
         }
@@ -381,7 +392,7 @@ fn volume_path(
             default_mode,
             optional,
         } => {
-            let dir = volumes.join("kubernetes.io~configmap").join(name);
+            let dir = dir("kubernetes.io~configmap")?;
             let data = object_data(cfg, "ConfigMap", name, pod, object, *optional)?;
             project(name, "ConfigMap", object, &dir, data, items, *default_mode)?;
             Ok(dir)
@@ -392,7 +403,7 @@ fn volume_path(
             default_mode,
             optional,
         } => {
-            let dir = volumes.join("kubernetes.io~secret").join(name);
+            let dir = dir("kubernetes.io~secret")?;
             let data = object_data(cfg, "Secret", name, pod, object, *optional)?;
             project(name, "Secret", object, &dir, data, items, *default_mode)?;
             Ok(dir)
@@ -463,7 +474,7 @@ fn project(
         files
     };
     for (rel, bytes, mode) in files {
-        let p = dir.join(rel);
+        let p = crate::safe_path::join_relative(dir, "items path", &rel)?;
         if let Some(parent) = p.parent() {
             std::fs::create_dir_all(parent).map_err(io_err(volume, parent))?;
         }

@@ -93,6 +93,7 @@ impl Containerd {
             "ip link set lo up && ip link add {BRIDGE} type bridge && \
              ip addr add {POD_GATEWAY}/24 dev {BRIDGE} && ip link set {BRIDGE} up"
         ))?;
+        c.share_kubelet_dir()?;
         std::fs::write(c.dir.join("config.toml"), c.config())?;
         std::fs::write(c.dir.join("net.d/10-weir.conflist"), c.cni_config())?;
         let images_dir = c.dir.join("images");
@@ -156,6 +157,35 @@ impl Containerd {
             "mountpoint -q '{d}' || mount --bind '{d}' '{d}'; mount --make-rshared '{d}'"
         ))
         .map(drop)
+    }
+
+    /// The kubelet's root dir for these tests (`--root-dir`, and the parent
+    /// of [`WorkerConfig::pods_dir`](weir_kubelet::worker::WorkerConfig)).
+    pub fn kubelet_dir(&self) -> PathBuf {
+        self.dir.join("kubelet")
+    }
+
+    /// Makes [`Self::kubelet_dir`] a shared mount (a bind mount onto itself,
+    /// in the test's work directory) before containerd copies the mount
+    /// table: containerd's copy is then its slave, so the subPath bind mounts
+    /// the kubelet makes below it reach containerd, as /var/lib/kubelet's do
+    /// on a node. [`remove_leftovers`] unmounts it with the rest.
+    fn share_kubelet_dir(&self) -> Result<()> {
+        let d = self.kubelet_dir();
+        std::fs::create_dir_all(&d)?;
+        let d = d.display();
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "mount --bind '{d}' '{d}' && mount --make-shared '{d}'"
+            ))
+            .output()?;
+        anyhow::ensure!(
+            out.status.success(),
+            "sharing {d}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(())
     }
 
     fn config(&self) -> String {

@@ -9,6 +9,7 @@ use crate::pod::{
     VolumeSource,
     quantity::{Quantity, QuantityError},
 };
+use crate::{config::is_dns_label, safe_path};
 
 pub(super) fn convert_env(errs: &mut Errs, env: &[api::EnvVar], at: &str) -> Vec<EnvVar> {
     env.iter()
@@ -158,6 +159,9 @@ pub(super) fn convert_volumes(errs: &mut Errs, volumes: &[api::Volume]) -> Vec<V
             let at = format!("spec.volumes[{i}]");
             if v.name.is_empty() {
                 errs.required(format!("{at}.name"));
+            } else if !is_dns_label(&v.name) {
+                // It names the volume's directory in the pod's.
+                errs.invalid(format!("{at}.name"), &v.name, "must be a DNS label");
             } else if !names.insert(v.name.clone()) {
                 errs.0.push(SpecError::Duplicate {
                     field: format!("{at}.name"),
@@ -165,14 +169,25 @@ pub(super) fn convert_volumes(errs: &mut Errs, volumes: &[api::Volume]) -> Vec<V
                 });
             }
             let mode = |m: Option<i32>| m.map(|m| m as u32);
-            let items = |items: &Option<Vec<api::KeyToPath>>| {
+            // Each path names a file written below the volume's directory.
+            let items = |errs: &mut Errs, field: &str, items: &Option<Vec<api::KeyToPath>>| {
                 items
                     .iter()
                     .flatten()
-                    .map(|k| KeyToPath {
-                        key: k.key.clone(),
-                        path: k.path.clone(),
-                        mode: mode(k.mode),
+                    .enumerate()
+                    .map(|(j, k)| {
+                        if let Err(e) = safe_path::descending("items path", &k.path) {
+                            errs.invalid(
+                                format!("{at}.{field}.items[{j}].path"),
+                                &k.path,
+                                e.reason,
+                            );
+                        }
+                        KeyToPath {
+                            key: k.key.clone(),
+                            path: k.path.clone(),
+                            mode: mode(k.mode),
+                        }
                     })
                     .collect::<Vec<_>>()
             };
@@ -231,7 +246,7 @@ pub(super) fn convert_volumes(errs: &mut Errs, volumes: &[api::Volume]) -> Vec<V
                 }
                 VolumeSource::ConfigMap {
                     name: c.name.clone(),
-                    items: items(&c.items),
+                    items: items(errs, "configMap", &c.items),
                     default_mode: mode(c.default_mode).unwrap_or(0o644),
                     optional: c.optional.unwrap_or(false),
                 }
@@ -242,7 +257,7 @@ pub(super) fn convert_volumes(errs: &mut Errs, volumes: &[api::Volume]) -> Vec<V
                 }
                 VolumeSource::Secret {
                     name,
-                    items: items(&s.items),
+                    items: items(errs, "secret", &s.items),
                     default_mode: mode(s.default_mode).unwrap_or(0o644),
                     optional: s.optional.unwrap_or(false),
                 }

@@ -7,7 +7,7 @@ use std::{collections::BTreeSet, fmt, time::Duration};
 use k8s_openapi::api::core::v1 as api;
 
 use super::{quantity::QuantityError, *};
-use crate::config::is_dns_label;
+use crate::config::{is_dns_label, is_dns_subdomain};
 
 mod fields;
 mod handlers;
@@ -118,10 +118,22 @@ impl PodSpec {
         let name = meta.name.clone().unwrap_or_default();
         if name.is_empty() {
             errs.required("metadata.name");
+        } else if !is_dns_subdomain(&name) {
+            errs.invalid("metadata.name", &name, "must be a DNS subdomain");
         }
         let uid = meta.uid.clone().unwrap_or_default();
         if uid.is_empty() {
             errs.required("metadata.uid");
+        } else if let Err(e) = crate::safe_path::uid(&uid) {
+            // It names the pod's directory and cgroup.
+            errs.invalid("metadata.uid", &uid, e.reason);
+        }
+        if let Some(ns) = meta
+            .namespace
+            .as_deref()
+            .filter(|n| !n.is_empty() && !is_dns_label(n))
+        {
+            errs.invalid("metadata.namespace", ns, "must be a DNS label");
         }
         let default_spec = api::PodSpec::default();
         let spec = pod.spec.as_ref().unwrap_or_else(|| {

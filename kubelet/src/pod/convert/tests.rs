@@ -334,3 +334,58 @@ fn missing_identity_and_containers() {
         "spec.initContainers[0].readinessProbe: a probe on an init container is not supported by this kubelet; spec.containers[0].image: is required"
     );
 }
+
+/// Issue 12 item 1, API pods as static ones: identifiers that become paths
+/// (metadata, volume names, `items[].path`) are checked as the API server
+/// would, so none can lead a path out of its directory.
+#[test]
+fn identifiers_that_become_paths_are_validated() {
+    let with = |meta: &str, volumes: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{{meta}}}\nspec:\n  volumes: [{volumes}]\n  \
+             containers: [{{name: c, image: i}}]\n"
+        )
+    };
+    let ok_meta = "name: web, namespace: ns, uid: u-1";
+    for (meta, volumes, field) in [
+        ("name: web, uid: ../../..", "", "metadata.uid"),
+        ("name: web, uid: 'a b'", "", "metadata.uid"),
+        ("name: ../web, uid: u", "", "metadata.name"),
+        (
+            "name: web, namespace: ../x, uid: u",
+            "",
+            "metadata.namespace",
+        ),
+        (
+            ok_meta,
+            "{name: ../v, emptyDir: {}}",
+            "spec.volumes[0].name",
+        ),
+        (ok_meta, "{name: V, emptyDir: {}}", "spec.volumes[0].name"),
+        (
+            ok_meta,
+            "{name: v, configMap: {name: cm, items: [{key: k, path: ../../x}]}}",
+            "spec.volumes[0].configMap.items[0].path",
+        ),
+        (
+            ok_meta,
+            "{name: v, secret: {secretName: s, items: [{key: k, path: /etc/x}]}}",
+            "spec.volumes[0].secret.items[0].path",
+        ),
+    ] {
+        let yaml = with(meta, volumes);
+        let errs = match PodSpec::from_api(&pod(&yaml)) {
+            Ok(_) => panic!("accepted: {meta} {volumes}"),
+            Err(e) => e.to_string(),
+        };
+        assert!(
+            errs.contains(&format!("{field}:")),
+            "{field} not named: {errs}"
+        );
+    }
+    let fine = with(
+        ok_meta,
+        "{name: cfg, configMap: {name: cm, items: [{key: k, path: conf/app.yaml}]}}",
+    );
+    assert!(PodSpec::from_api(&pod(&fine)).is_ok());
+}
