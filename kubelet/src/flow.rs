@@ -34,13 +34,15 @@ pub enum PodEvent {
     Remove { uid: String },
 }
 
-/// Receives what the worker learns about its pods.
+/// Receives what the worker learns about its pods. `source` is where the
+/// pod came from, as its [`PodEvent::Upsert`] said: a static pod is one from
+/// [`PodSource::File`], whatever its annotations claim.
 pub trait StatusSink: Send + Sync + 'static {
     /// The pod's status changed (or is reported for the first time).
-    fn publish(&self, pod: &Pod, status: &PodStatus);
+    fn publish(&self, pod: &Pod, source: &PodSource, status: &PodStatus);
     /// Every container is stopped and the sandbox removed: an API pod with a
     /// deletionTimestamp may now be deleted for good (UID precondition).
-    fn terminated(&self, pod: &Pod);
+    fn terminated(&self, pod: &Pod, source: &PodSource);
 }
 
 /// What the kubelet's HTTP API shows.

@@ -271,7 +271,7 @@ async fn shutdown_signal() {
 struct LogSink;
 
 impl StatusSink for LogSink {
-    fn publish(&self, pod: &Pod, status: &PodStatus) {
+    fn publish(&self, pod: &Pod, _: &PodSource, status: &PodStatus) {
         tracing::info!(
             pod = %format!(
                 "{}/{}",
@@ -284,7 +284,7 @@ impl StatusSink for LogSink {
         );
     }
 
-    fn terminated(&self, pod: &Pod) {
+    fn terminated(&self, pod: &Pod, _: &PodSource) {
         tracing::info!(
             pod = pod.metadata.name.as_deref().unwrap_or_default(),
             "pod terminated"

@@ -397,12 +397,13 @@ async fn pods_of_this_node_arrive_and_graceful_delete_ends_in_delete() {
     // Final status, then the delete with the UID precondition.
     k.sink.publish(
         &terminating,
+        &PodSource::Api,
         &PodStatus {
             phase: Some("Succeeded".into()),
             ..Default::default()
         },
     );
-    k.sink.terminated(&terminating);
+    k.sink.terminated(&terminating, &PodSource::Api);
     let uid = uid_of(&mine);
     next_event(&mut k.events, remove_of(&uid)).await;
     assert!(api.get_opt("mine").await.unwrap().is_none());
@@ -441,8 +442,8 @@ async fn a_pod_recreated_under_the_same_name_is_never_touched() {
         .await
         .unwrap();
     assert_ne!(new.metadata.uid, old.metadata.uid);
-    k.sink.publish(&old, &running("10.0.0.9"));
-    k.sink.terminated(&old);
+    k.sink.publish(&old, &PodSource::Api, &running("10.0.0.9"));
+    k.sink.terminated(&old, &PodSource::Api);
     // And with the watch cache telling the same story, through the API's
     // own UID precondition: wait for the new pod's Upsert too.
     next_event(
@@ -450,8 +451,8 @@ async fn a_pod_recreated_under_the_same_name_is_never_touched() {
         |ev| matches!(ev, PodEvent::Upsert { pod, .. } if pod.metadata.uid == new.metadata.uid),
     )
     .await;
-    k.sink.publish(&old, &running("10.0.0.10"));
-    k.sink.terminated(&old);
+    k.sink.publish(&old, &PodSource::Api, &running("10.0.0.10"));
+    k.sink.terminated(&old, &PodSource::Api);
     tokio::time::sleep(Duration::from_secs(2)).await;
     let now = api.get("web").await.expect("new pod still there");
     assert_eq!(now.metadata.uid, new.metadata.uid);
@@ -475,7 +476,7 @@ async fn publish_reaches_the_pod_status_once() {
         unreachable!()
     };
     let status = running("10.1.1.1");
-    k.sink.publish(&p, &status);
+    k.sink.publish(&p, &PodSource::Api, &status);
     let seen = eventually("status patched", || async {
         api.get("db")
             .await
@@ -486,7 +487,7 @@ async fn publish_reaches_the_pod_status_once() {
     assert_eq!(seen.status.unwrap().phase.as_deref(), Some("Running"));
     let rv = seen.metadata.resource_version;
     // The same status again is not sent again.
-    k.sink.publish(&p, &status);
+    k.sink.publish(&p, &PodSource::Api, &status);
     tokio::time::sleep(Duration::from_millis(700)).await;
     assert_eq!(api.get("db").await.unwrap().metadata.resource_version, rv);
 }
@@ -566,7 +567,11 @@ async fn mirror_pods_follow_static_pods() {
         .unwrap()
         .metadata
         .uid;
-    k.sink.publish(&sp.pod, &running("10.2.2.2"));
+    k.sink.publish(
+        &sp.pod,
+        &PodSource::File(sp.path.clone()),
+        &running("10.2.2.2"),
+    );
     let name = format!("etcd-{NODE}");
     assert_eq!(sp.name, name);
     let mirror = eventually("mirror with status", || async {
@@ -606,8 +611,13 @@ async fn mirror_pods_follow_static_pods() {
     let ann = sp2.pod.metadata.annotations.as_mut().unwrap();
     ann.insert(static_pods::CONFIG_HASH.into(), sp2.uid.clone());
     sp2.pod.metadata.uid = Some(sp2.uid.clone());
-    k.sink.terminated(&sp.pod);
-    k.sink.publish(&sp2.pod, &running("10.2.2.3"));
+    k.sink
+        .terminated(&sp.pod, &PodSource::File(sp.path.clone()));
+    k.sink.publish(
+        &sp2.pod,
+        &PodSource::File(sp2.path.clone()),
+        &running("10.2.2.3"),
+    );
     let updated = eventually("mirror of the new version", || async {
         api.get_opt(&name).await.ok().flatten().filter(|m| {
             m.metadata.annotations.as_ref().unwrap()[CONFIG_MIRROR] == sp2.uid
@@ -626,7 +636,8 @@ async fn mirror_pods_follow_static_pods() {
         );
     }
 
-    k.sink.terminated(&sp.pod);
+    k.sink
+        .terminated(&sp.pod, &PodSource::File(sp.path.clone()));
     eventually("mirror deleted", || async {
         api.get_opt(&name)
             .await
@@ -654,7 +665,7 @@ async fn outage_causes_no_panic_and_the_lease_resumes() {
 
     k.server.stop().await;
     // Work queued during the outage lands afterwards.
-    k.sink.publish(&p, &running("10.3.3.3"));
+    k.sink.publish(&p, &PodSource::Api, &running("10.3.3.3"));
     tokio::time::sleep(Duration::from_secs(3)).await;
     let back = Timestamp::now();
     k.server.restart().await.unwrap();
@@ -758,4 +769,70 @@ async fn unchanged_node_status_is_reported_every_report_frequency() {
     }
     transitions.dedup();
     assert_eq!(transitions.len(), 1, "no transition while Ready stays True");
+}
+
+/// Issue 12 item 10: an API pod annotated `kubernetes.io/config.source: file`
+/// is still an API pod. Its status must reach it (not a mirror pod that the
+/// name collision blocks), and its graceful delete must end in the final
+/// delete, not leave it Terminating.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_pod_cannot_pass_itself_off_as_static() {
+    let mut k = kubelet(40).await;
+    let api = pods(&k.client);
+    let mut p = pod("fake-static", NODE);
+    p.metadata.annotations =
+        Some([(static_pods::CONFIG_SOURCE.to_owned(), "file".to_owned())].into());
+    api.create(&PostParams::default(), &p).await.unwrap();
+    let ev = next_event(&mut k.events, upsert_of("fake-static")).await;
+    // The source is where the pod came from, whatever it claims.
+    let PodEvent::Upsert { pod: got, source } = ev else {
+        unreachable!()
+    };
+    assert_eq!(source, PodSource::Api);
+    k.sink.publish(&got, &source, &running("10.4.4.4"));
+    eventually("the status on the API pod itself", || async {
+        api.get_opt("fake-static")
+            .await
+            .ok()
+            .flatten()
+            .filter(|p| p.status.as_ref().and_then(|s| s.pod_ip.as_deref()) == Some("10.4.4.4"))
+    })
+    .await;
+    assert!(
+        api.list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .all(|p| !p
+                .metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key(CONFIG_MIRROR))),
+        "no mirror pod was made for it"
+    );
+    api.delete("fake-static", &DeleteParams::default())
+        .await
+        .unwrap();
+    // The status patch comes back as an update first: wait for the delete.
+    let ev = next_event(&mut k.events, |ev| {
+        matches!(ev, PodEvent::Upsert { pod, .. }
+            if pod.metadata.name.as_deref() == Some("fake-static")
+                && pod.metadata.deletion_timestamp.is_some())
+    })
+    .await;
+    let PodEvent::Upsert {
+        pod: terminating, ..
+    } = ev
+    else {
+        unreachable!()
+    };
+    k.sink.terminated(&terminating, &source);
+    eventually("the pod deleted for good", || async {
+        api.get_opt("fake-static")
+            .await
+            .ok()
+            .and_then(|p| p.is_none().then_some(()))
+    })
+    .await;
 }

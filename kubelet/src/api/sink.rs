@@ -22,8 +22,8 @@ use tokio::sync::Notify;
 
 use super::{ApiError, Backoff, Shared, status_code};
 use crate::{
-    flow::StatusSink,
-    static_pods::{self, CONFIG_MIRROR, CONFIG_SOURCE, StaticPod},
+    flow::{PodSource, StatusSink},
+    static_pods::{self, CONFIG_MIRROR, StaticPod},
 };
 
 /// Publishes statuses, mirror pods and final deletes to the API server.
@@ -75,12 +75,11 @@ fn meta(p: &Pod) -> (String, String, String) {
     )
 }
 
-fn is_static(p: &Pod) -> bool {
-    p.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(CONFIG_SOURCE))
-        .is_some_and(|s| s == "file")
+/// Static pods are the file source's. An API pod may carry any annotation,
+/// `kubernetes.io/config.source: file` included: it must not stop its status
+/// updates or its final delete.
+fn is_static(source: &PodSource) -> bool {
+    matches!(source, PodSource::File(_))
 }
 
 /// The merge patch for a pod's status. Lists are replaced whole (the kubelet
@@ -128,10 +127,10 @@ impl ApiStatusSink {
 }
 
 impl StatusSink for ApiStatusSink {
-    fn publish(&self, pod: &Pod, status: &PodStatus) {
+    fn publish(&self, pod: &Pod, source: &PodSource, status: &PodStatus) {
         let (ns, name, uid) = meta(pod);
         let mut st = self.inner.lock();
-        if is_static(pod) {
+        if is_static(source) {
             // A changed file is a new UID under the same name; should the old
             // pod never be reported terminated, two entries would fight over
             // one mirror pod. The newest report wins.
@@ -165,10 +164,10 @@ impl StatusSink for ApiStatusSink {
         self.inner.wake.notify_one();
     }
 
-    fn terminated(&self, pod: &Pod) {
+    fn terminated(&self, pod: &Pod, source: &PodSource) {
         let (ns, name, uid) = meta(pod);
         let mut st = self.inner.lock();
-        if is_static(pod) {
+        if is_static(source) {
             st.statics.remove(&uid);
             st.mirror_deletes.insert(uid, (ns, name));
         } else {

@@ -130,7 +130,7 @@ impl<R: Runtime + 'static> PodTask<R> {
     pub(super) async fn terminate(&mut self, grace: Duration) {
         tracing::info!(pod = %self.full_name(), grace = ?grace, "terminating pod");
         self.teardown(grace, false).await;
-        self.shared.sink.terminated(&self.pod);
+        self.shared.sink.terminated(&self.pod, &self.source);
         self.shared.view.remove(&self.uid);
         tracing::info!(pod = %self.full_name(), "pod terminated");
     }

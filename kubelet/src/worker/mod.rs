@@ -277,7 +277,7 @@ async fn manage<R: Runtime + 'static>(
                     generation += 1;
                     let (tx, rx) = mpsc::unbounded_channel();
                     let (done_tx, done) = watch::channel(false);
-                    let task = pod_task::PodTask::new(shared.clone(), *pod);
+                    let task = pod_task::PodTask::new(shared.clone(), *pod, source.clone());
                     let g = generation;
                     let key = uid.clone();
                     let handle = tasks.spawn(async move {

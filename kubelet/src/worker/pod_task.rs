@@ -25,6 +25,7 @@ use crate::{
         ContainerFilter, ContainerState, ContainerStatus, CriError, Runtime, SandboxFilter,
         SandboxInfo, SandboxState, SandboxStatus,
     },
+    flow::PodSource,
     pod::{
         ContainerSpec, InvalidPod, PodSpec, PullPolicy,
         backoff::{CrashLoopBackoff, ImagePullBackoff, PullGate, RestartGate, instant_of},
@@ -169,6 +170,8 @@ fn waiting(reason: WaitingReason, message: impl Into<String>) -> Waiting {
 pub(super) struct PodTask<R> {
     pub(super) shared: Arc<Shared<R>>,
     pub(super) pod: Pod,
+    /// Where the pod came from: what makes it static, never its annotations.
+    pub(super) source: PodSource,
     pub(super) uid: String,
     pub(super) spec: Result<PodSpec, InvalidPod>,
     pub(super) probes: BTreeMap<String, ContainerProbes>,
@@ -185,10 +188,11 @@ pub(super) struct PodTask<R> {
 }
 
 impl<R: Runtime + 'static> PodTask<R> {
-    pub(super) fn new(shared: Arc<Shared<R>>, pod: Pod) -> Self {
+    pub(super) fn new(shared: Arc<Shared<R>>, pod: Pod, source: PodSource) -> Self {
         let spec = PodSpec::from_api(&pod);
         Self {
             shared,
+            source,
             uid: pod.metadata.uid.clone().unwrap_or_default(),
             pod,
             spec,
@@ -721,7 +725,7 @@ impl<R: Runtime + 'static> PodTask<R> {
 
     fn publish(&mut self, status: PodStatus, logs: BTreeMap<String, std::path::PathBuf>) {
         if self.last_status.as_ref() != Some(&status) {
-            self.shared.sink.publish(&self.pod, &status);
+            self.shared.sink.publish(&self.pod, &self.source, &status);
             self.last_status = Some(status.clone());
         }
         let mut pod = self.pod.clone();

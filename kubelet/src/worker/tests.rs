@@ -12,7 +12,7 @@ use serde_json::json;
 use super::{Shared, View, WorkerConfig, pod_task::PodTask};
 use crate::{
     cri::{ContainerFilter, ContainerState, ExecResult, FakeRuntime, Runtime as _},
-    flow::StatusSink,
+    flow::{PodSource, StatusSink},
 };
 
 const IMAGE: &str = "busybox:1.36";
@@ -24,10 +24,10 @@ struct Sink {
 }
 
 impl StatusSink for Sink {
-    fn publish(&self, _: &Pod, status: &PodStatus) {
+    fn publish(&self, _: &Pod, _: &PodSource, status: &PodStatus) {
         self.statuses.lock().unwrap().push(status.clone());
     }
-    fn terminated(&self, pod: &Pod) {
+    fn terminated(&self, pod: &Pod, _: &PodSource) {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         self.terminated.lock().unwrap().push(uid);
     }
@@ -89,7 +89,7 @@ fn task_on(rt: &Arc<FakeRuntime>, pod: Pod) -> (Arc<Sink>, PodTask<FakeRuntime>)
         sink: sink.clone(),
         view: Arc::new(View::default()),
     });
-    (sink, PodTask::new(shared, pod))
+    (sink, PodTask::new(shared, pod, PodSource::Api))
 }
 
 /// The newest container of each name: (id, state).

@@ -32,7 +32,7 @@ pub(crate) fn uid_of(pod: &Pod) -> String {
 }
 
 impl StatusSink for Recorder {
-    fn publish(&self, pod: &Pod, status: &PodStatus) {
+    fn publish(&self, pod: &Pod, _: &PodSource, status: &PodStatus) {
         self.statuses
             .lock()
             .unwrap()
@@ -40,7 +40,7 @@ impl StatusSink for Recorder {
             .or_default()
             .push((Instant::now(), status.clone()));
     }
-    fn terminated(&self, pod: &Pod) {
+    fn terminated(&self, pod: &Pod, _: &PodSource) {
         self.terminated
             .lock()
             .unwrap()
