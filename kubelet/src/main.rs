@@ -107,14 +107,18 @@ async fn run(args: Args, config: Config) -> Result<(), MainError> {
     let (tx, rx) = mpsc::channel(256);
 
     let mut objects: Option<Arc<dyn weir_kubelet::worker::ApiObjects>> = None;
+    let mut api_listed = None;
     let sink: Arc<dyn StatusSink> = match &args.kubeconfig {
         Some(path) => {
             let client = kube_client(path).await?;
             objects = Some(Arc::new(weir_kubelet::api::objects::ApiObjectCache::start(
                 client.clone(),
             )));
-            weir_kubelet::api::start(client, &config, node_name.clone(), version, tx.clone())
-                .await?
+            let sink =
+                weir_kubelet::api::start(client, &config, node_name.clone(), version, tx.clone())
+                    .await?;
+            api_listed = Some(sink.pods_listed());
+            sink
         }
         None => Arc::new(LogSink),
     };
@@ -134,7 +138,7 @@ async fn run(args: Args, config: Config) -> Result<(), MainError> {
     let worker = Worker::spawn(runtime, worker_config, sink, rx);
     weir_kubelet::server::serve(config.clone(), worker.view()).await?;
 
-    if let Some(dir) = &config.static_pod_path {
+    let files_read = if let Some(dir) = &config.static_pod_path {
         tracing::info!(dir = %dir.display(), every = ?config.file_check_frequency, "watching static pods");
         let source = StaticPodSource::new(dir, &node_name);
         let (synced_tx, synced) = tokio::sync::oneshot::channel();
@@ -144,17 +148,23 @@ async fn run(args: Args, config: Config) -> Result<(), MainError> {
             tx,
             synced_tx,
         ));
-        // Standalone, the files are the only source: once they are read, a
-        // labelled sandbox of any other pod was left by an earlier run.
         let first_scan = tokio::time::timeout(config.file_check_frequency * 3, synced);
-        if args.kubeconfig.is_none() && matches!(first_scan.await, Ok(Ok(()))) {
-            worker.reap_orphans();
-        }
+        matches!(first_scan.await, Ok(Ok(())))
     } else {
         drop(tx);
-        if args.kubeconfig.is_none() {
-            worker.reap_orphans();
-        }
+        true
+    };
+    // A labelled sandbox of a pod no source wants (its file went, or it was
+    // force-deleted from the API while no kubelet ran) is an orphan, but
+    // only once every source delivered its first complete state: the
+    // kubelet's HandlePodCleanups waits for sourcesReady the same way.
+    if files_read {
+        worker.reap_orphans_when(async move {
+            match api_listed {
+                None => true,
+                Some(mut listed) => listed.wait_for(|l| *l).await.is_ok(),
+            }
+        });
     }
 
     shutdown_signal().await;

@@ -29,7 +29,7 @@ use std::{
 use k8s_openapi::api::core::v1::Pod;
 use tokio::sync::{Notify, mpsc, watch};
 
-use crate::{config::Config, cri::RuntimeVersion, flow::PodEvent, flow::StatusSink};
+use crate::{config::Config, cri::RuntimeVersion, flow::PodEvent};
 
 pub use sink::ApiStatusSink;
 
@@ -179,6 +179,9 @@ pub(crate) struct Shared {
     pub pods: PodCache,
     /// Rung when a mirror pod changed or vanished, so the sink re-checks it.
     pub mirrors_changed: Notify,
+    /// Becomes true once the first complete pod list reached the worker:
+    /// from then on a sandbox of a pod not listed is an orphan.
+    pub pods_listed: watch::Sender<bool>,
     pub options: NodeOptions,
 }
 
@@ -205,7 +208,7 @@ pub async fn start(
     node_name: String,
     runtime: RuntimeVersion,
     events: mpsc::Sender<PodEvent>,
-) -> Result<Arc<dyn StatusSink>, ApiError> {
+) -> Result<Arc<ApiStatusSink>, ApiError> {
     let options = NodeOptions::from_env()?;
     let sink = start_with(client, config, node_name, runtime, events, options).await?;
     Ok(sink)
@@ -228,6 +231,7 @@ pub async fn start_with(
         node_uid: watch::channel(None).0,
         pods: Mutex::new(BTreeMap::new()),
         mirrors_changed: Notify::new(),
+        pods_listed: watch::channel(false).0,
         options,
     });
     let mut node = node::NodeReporter::new(shared.clone(), config, &runtime);
@@ -278,6 +282,7 @@ pub(crate) mod tests {
             node_uid: watch::channel(None).0,
             pods: Mutex::new(BTreeMap::new()),
             mirrors_changed: Notify::new(),
+            pods_listed: watch::channel(false).0,
             options: NodeOptions::default(),
         })
     }

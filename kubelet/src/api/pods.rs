@@ -55,7 +55,7 @@ pub(crate) async fn run(shared: Arc<Shared>, events: mpsc::Sender<PodEvent>) {
             next = stream.next() => next,
             () = events.closed() => return,
         };
-        let out = match next {
+        let (out, listed) = match next {
             None => return,
             Some(Err(e)) => {
                 let d = backoff.next_delay();
@@ -65,13 +65,18 @@ pub(crate) async fn run(shared: Arc<Shared>, events: mpsc::Sender<PodEvent>) {
             }
             Some(Ok(ev)) => {
                 backoff.reset();
-                tracker.handle(ev)
+                let listed = matches!(ev, Event::InitDone);
+                (tracker.handle(ev), listed)
             }
         };
         for ev in out {
             if events.send(ev).await.is_err() {
                 return;
             }
+        }
+        // After the events: the worker has them queued before anyone reaps.
+        if listed {
+            shared.pods_listed.send_replace(true);
         }
     }
 }

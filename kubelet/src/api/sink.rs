@@ -115,6 +115,12 @@ enum Outcome {
 }
 
 impl ApiStatusSink {
+    /// Turns true once the first complete list of this node's pods has been
+    /// sent to the worker (`sourcesReady` for the API source).
+    pub fn pods_listed(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.inner.shared.pods_listed.subscribe()
+    }
+
     pub(crate) fn start(shared: Arc<Shared>) -> Arc<Self> {
         let inner = Arc::new(Inner {
             shared,

@@ -200,6 +200,17 @@ impl Worker {
         let _ = self.control.send(Control::ReapOrphans);
     }
 
+    /// [`Self::reap_orphans`] once `ready` resolves true (the sources
+    /// delivered their first complete state); never if it resolves false.
+    pub fn reap_orphans_when(&self, ready: impl Future<Output = bool> + Send + 'static) {
+        let control = self.control.clone();
+        tokio::spawn(async move {
+            if ready.await {
+                let _ = control.send(Control::ReapOrphans);
+            }
+        });
+    }
+
     /// The pods and their statuses, for `/pods` and `/containerLogs`.
     pub fn view(&self) -> Arc<dyn PodsView> {
         self.view.clone()
@@ -235,6 +246,9 @@ async fn manage<R: Runtime + 'static>(
     mut control: mpsc::UnboundedReceiver<Control>,
 ) {
     let mut pods: HashMap<String, PodHandle> = HashMap::new();
+    // The UIDs in `pods`, for a reap running meanwhile: a pod added after
+    // the reap started is there before its task can create a sandbox.
+    let live: Arc<Mutex<HashSet<String>>> = Arc::default();
     let mut tasks: JoinSet<()> = JoinSet::new();
     let mut task_ids: HashMap<tokio::task::Id, (String, u64)> = HashMap::new();
     let mut generation = 0u64;
@@ -290,12 +304,12 @@ async fn manage<R: Runtime + 'static>(
                     task_ids.insert(handle.id(), (key, g));
                     // A replaced handle (same UID, removing) keeps running
                     // until its task ends; only its entry goes.
+                    lock(&live).insert(uid.clone());
                     pods.insert(uid, PodHandle { tx, done, source, generation: g, removing: false });
                 }
             },
             Some(Control::ReapOrphans) = control.recv() => {
-                let known: HashSet<String> = pods.keys().cloned().collect();
-                tasks.spawn(reap_orphans(shared.clone(), known));
+                tasks.spawn(reap_orphans(shared.clone(), live.clone()));
             }
             Some(res) = tasks.join_next_with_id(), if !tasks.is_empty() => {
                 let id = match &res {
@@ -310,6 +324,7 @@ async fn manage<R: Runtime + 'static>(
                     && pods.get(&uid).is_some_and(|h| h.generation == g)
                 {
                     pods.remove(&uid);
+                    lock(&live).remove(&uid);
                 }
             }
             else => std::future::pending::<()>().await,
@@ -317,9 +332,17 @@ async fn manage<R: Runtime + 'static>(
     }
 }
 
-/// Tears down labelled sandboxes of pods not in `known`, each container with
-/// the grace period it was started with.
-async fn reap_orphans<R: Runtime + 'static>(shared: Arc<Shared<R>>, known: HashSet<String>) {
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Tears down labelled sandboxes of pods not in `live`, each container with
+/// the grace period it was started with, and removes their pod directories
+/// (the kubelet's `HandlePodCleanups` and `cleanupOrphanedPodDirs`).
+async fn reap_orphans<R: Runtime + 'static>(
+    shared: Arc<Shared<R>>,
+    live: Arc<Mutex<HashSet<String>>>,
+) {
     let rt = &shared.runtime;
     let sandboxes = match rt.list_pod_sandboxes(&Default::default()).await {
         Ok(s) => s,
@@ -332,7 +355,7 @@ async fn reap_orphans<R: Runtime + 'static>(shared: Arc<Shared<R>>, known: HashS
         let Some(uid) = sb.labels.get(POD_UID_LABEL) else {
             continue;
         };
-        if known.contains(uid) {
+        if lock(&live).contains(uid) {
             continue;
         }
         tracing::info!(pod = %format!("{}/{}", sb.namespace, sb.name), %uid, "removing orphaned pod");
@@ -361,6 +384,10 @@ async fn reap_orphans<R: Runtime + 'static>(shared: Arc<Shared<R>>, known: HashS
         }
         if let Err(e) = rt.remove_pod_sandbox(&sb.id).await {
             tracing::warn!(sandbox = %sb.id, error = %e, "removing an orphaned sandbox");
+            continue;
+        }
+        if let Err(e) = pod_dir::remove(&shared.config, uid) {
+            tracing::warn!(%uid, error = %e, "cannot remove an orphaned pod's directory");
         }
     }
 }

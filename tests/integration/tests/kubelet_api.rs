@@ -322,3 +322,90 @@ fn kubelet_registers_runs_static_and_api_pods_and_survives_sigkill() -> Result<(
     )?;
     Ok(())
 }
+
+/// Issue 12 item 8: a pod force-deleted from the API while the kubelet is
+/// down is gone from the desired state; the restarted kubelet must stop and
+/// remove its sandbox once it has its first complete pod list (the kubelet's
+/// `HandlePodCleanups`), and leave the pods it still runs alone.
+#[test]
+fn pods_deleted_while_the_kubelet_was_down_are_reaped() -> Result<()> {
+    use weir_integration::containerd::block_on;
+    use weir_kubelet::cri::{CriRuntime, Runtime as _, SandboxFilter};
+
+    let ctrd = Containerd::start()?;
+    let cluster = Cluster::start()?;
+    let _relay = Relay::start_in_netns(&ctrd.node, API_PORT, cluster.server.addr())?;
+    let kubeconfig = cluster.kubeconfig_via(
+        &format!("https://127.0.0.1:{API_PORT}"),
+        &ctrd.dir.join("kc"),
+    )?;
+    let config = write_config(&ctrd, &ConfigOptions::default())?;
+    let mut kubelet = Kubelet::start(&ctrd, &config, Some(&kubeconfig), NODE)?;
+    let pods: Api<Pod> = cluster.api("default");
+    for name in ["orphan", "keeper"] {
+        cluster.upsert(
+            &pods,
+            json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "namespace": "default"},
+                "spec": {"nodeName": NODE, "terminationGracePeriodSeconds": 1,
+                         "containers": [{"name": "c", "image": BUSYBOX,
+                                          "imagePullPolicy": "IfNotPresent",
+                                          "command": ["sleep", "1000"]}]},
+            }),
+        )?;
+    }
+    let sandboxes = |name: &'static str| -> Result<Vec<String>> {
+        let ep = ctrd.endpoint();
+        let filter = SandboxFilter {
+            labels: [("io.kubernetes.pod.name".to_owned(), name.to_owned())].into(),
+            ..Default::default()
+        };
+        let list =
+            block_on(async move { CriRuntime::new(&ep)?.list_pod_sandboxes(&filter).await })?;
+        Ok(list.into_iter().map(|s| s.id).collect())
+    };
+    let mut keeper_ids = Vec::new();
+    for name in ["orphan", "keeper"] {
+        let p = until(
+            &kubelet,
+            &format!("{name} Running"),
+            Duration::from_secs(60),
+            || {
+                Ok(cluster
+                    .block_on(pods.get_opt(name))?
+                    .filter(|p| running_ip(p).is_some()))
+            },
+        )?;
+        if name == "keeper" {
+            keeper_ids = container_ids(&p);
+        }
+    }
+    let keeper_sandboxes = sandboxes("keeper")?;
+
+    kubelet.kill9();
+    cluster.block_on(pods.delete("orphan", &DeleteParams::default().grace_period(0)))?;
+    ensure!(
+        cluster.block_on(pods.get_opt("orphan"))?.is_none(),
+        "force delete took effect"
+    );
+    ensure!(!sandboxes("orphan")?.is_empty(), "the orphan runs on");
+    kubelet.spawn()?;
+    until(
+        &kubelet,
+        "the orphan's sandbox reaped",
+        Duration::from_secs(30),
+        || Ok(sandboxes("orphan")?.is_empty().then_some(())),
+    )?;
+    ensure!(
+        sandboxes("keeper")? == keeper_sandboxes,
+        "the keeper's sandbox kept"
+    );
+    let keeper = cluster.block_on(pods.get("keeper"))?;
+    ensure!(
+        container_ids(&keeper) == keeper_ids,
+        "the keeper was not restarted: {keeper_ids:?} -> {:?}",
+        container_ids(&keeper)
+    );
+    Ok(())
+}
