@@ -20,13 +20,15 @@
 use std::{
     collections::{HashMap, HashSet},
     io,
-    path::Path,
+    path::{Path, PathBuf},
     time::Duration,
 };
 
 use aya::maps::{HashMap as BpfHashMap, IterableMap as _, Map, MapData, MapError};
 use tracing::{debug, info, warn};
 use weir_abi::{CtKey, CtValue};
+
+use crate::inspect::stats::StatView;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CtGcError {
@@ -55,6 +57,11 @@ pub struct GcReport {
     pub deleted: usize,
 }
 
+/// Called after each sweep with every datapath counter (`inspect stats`)
+/// and the packets it counted since the previous call (all of them the
+/// first time), for the metrics.
+type StatsObserver = Box<dyn Fn(&StatView, u64) + Send>;
+
 /// The two pinned conntrack tables.
 pub struct CtGc {
     tables: Vec<(
@@ -62,6 +69,8 @@ pub struct CtGc {
         &'static str,
         BpfHashMap<MapData, CtKey, CtValue>,
     )>,
+    maps_dir: PathBuf,
+    stats: Option<StatsObserver>,
 }
 
 impl CtGc {
@@ -71,7 +80,19 @@ impl CtGc {
         for (proto, map) in [("tcp", weir_abi::MAP_CT_TCP), ("udp", weir_abi::MAP_CT_UDP)] {
             tables.push((proto, map, open_ct(maps_dir, map)?));
         }
-        Ok(Self { tables })
+        Ok(Self {
+            tables,
+            maps_dir: maps_dir.to_owned(),
+            stats: None,
+        })
+    }
+
+    /// Also hands the datapath's packet counters to `observe` after every
+    /// sweep (see [`StatsObserver`]): the same numbers as `weir-agent
+    /// inspect stats`, e.g. `drop-snat-ports` when a SNAT range is full.
+    pub fn with_stats(mut self, observe: impl Fn(&StatView, u64) + Send + 'static) -> Self {
+        self.stats = Some(Box::new(observe));
+        self
     }
 
     /// Every entry of both tables (for `weir-agent inspect conntrack`).
@@ -127,6 +148,7 @@ impl CtGc {
             .name("weir-ct-gc".into())
             .spawn(move || {
                 let mut failing = false;
+                let mut last: HashMap<(&'static str, &'static str), u64> = HashMap::new();
                 loop {
                     // Sweep first: flows an earlier agent left expired go now,
                     // and the gauges have values from the start.
@@ -145,11 +167,47 @@ impl CtGc {
                         }
                         Err(_) => {}
                     }
+                    if let Some(observe) = &self.stats {
+                        observe_stats(&self.maps_dir, &mut last, observe);
+                    }
                     std::thread::sleep(interval);
                 }
             })
             .map(drop)
     }
+}
+
+/// Reads the counters and hands each to `observe` with its increase since
+/// `last` (a counter that went back, after a `cleanup`, counts from zero).
+fn observe_stats(
+    maps_dir: &Path,
+    last: &mut HashMap<(&'static str, &'static str), u64>,
+    observe: &StatsObserver,
+) {
+    let Ok(views) = crate::inspect::read_stats(maps_dir) else {
+        return;
+    };
+    for (v, delta) in stat_deltas(last, &views) {
+        observe(v, delta);
+    }
+}
+
+/// Each counter of `views` with its increase since `last`, which it then
+/// replaces.
+fn stat_deltas<'a>(
+    last: &mut HashMap<(&'static str, &'static str), u64>,
+    views: &'a [StatView],
+) -> Vec<(&'a StatView, u64)> {
+    views
+        .iter()
+        .map(|v| {
+            let delta = match last.insert((v.program, v.reason), v.packets) {
+                Some(b) if b <= v.packets => v.packets - b,
+                _ => v.packets,
+            };
+            (v, delta)
+        })
+        .collect()
 }
 
 fn open_ct(
@@ -509,6 +567,22 @@ mod tests {
         assert_eq!(recheck(None, Some(&v), 10), Recheck::Keep);
         // Same value but the clock says it is not expired (now went back?): keep.
         assert_eq!(recheck(Some(&v), Some(&v), 5), Recheck::Keep);
+    }
+
+    #[test]
+    fn stat_deltas_count_increases_and_restart_after_a_reset() {
+        let view = |packets| StatView {
+            program: "tc-ingress",
+            reason: "drop-snat-ports",
+            packets,
+            bytes: 0,
+        };
+        let mut last = HashMap::new();
+        let d = |last: &mut HashMap<_, _>, n| stat_deltas(last, &[view(n)])[0].1;
+        assert_eq!(d(&mut last, 5), 5, "the first read counts everything");
+        assert_eq!(d(&mut last, 5), 0);
+        assert_eq!(d(&mut last, 9), 4);
+        assert_eq!(d(&mut last, 2), 2, "a counter that went back starts over");
     }
 
     #[test]

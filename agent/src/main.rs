@@ -505,8 +505,9 @@ async fn run_async(args: RunArgs, node: String) -> Result<()> {
     // exist all the same (flows of an earlier run may still be there).
     match CtGc::open(&opts.pins.maps()) {
         Ok(gc) => {
-            let m = metrics.clone();
-            gc.spawn(packet.ct_gc_interval.into(), move |r| m.observe_gc(r))
+            let (m, ms) = (metrics.clone(), metrics.clone());
+            gc.with_stats(move |s, n| ms.add_datapath_packets(s.program, s.reason, n))
+                .spawn(packet.ct_gc_interval.into(), move |r| m.observe_gc(r))
                 .context("starting the conntrack collector")?;
         }
         Err(e) => warn!("no conntrack garbage collection: {e}"),

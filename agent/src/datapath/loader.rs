@@ -350,8 +350,15 @@ fn expected_layouts(opts: &LoadOptions) -> [(&'static str, usize, usize, Option<
             None,
         ),
         (weir_abi::MAP_CONFIG, 4, size_of::<Config>(), None),
-        // Per-CPU maps report the size of one CPU's value.
-        (weir_abi::MAP_STATS, 4, size_of::<StatValue>(), None),
+        // Per-CPU maps report the size of one CPU's value. A stats map
+        // pinned by an agent that knew fewer reasons keeps its size, and
+        // the newer reasons go uncounted until a cleanup: say so.
+        (
+            weir_abi::MAP_STATS,
+            4,
+            size_of::<StatValue>(),
+            Some(weir_abi::STAT_ENTRIES),
+        ),
     ]
 }
 

@@ -47,6 +47,14 @@ pub struct ListenerLabel {
     pub address: String,
 }
 
+/// A datapath counter: `xdp`, `tc-ingress` or `sock`, and its reason, as
+/// `weir-agent inspect stats` names them.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StatLabel {
+    pub program: String,
+    pub reason: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CodeLabel {
     pub code: String,
@@ -83,6 +91,10 @@ pub struct Metrics {
     /// 1 per healthCheckNodePort listener that cannot bind; the series goes
     /// when it binds or the Service stops needing it.
     pub health_check_unbound: Family<ListenerLabel, Gauge>,
+    /// The datapath's packet counters (`WEIR_STATS`, summed over CPUs),
+    /// read after every conntrack sweep: outcomes and drop reasons such as
+    /// `drop-snat-ports` (SNAT range exhausted) or `drop-ct-invalid`.
+    pub datapath_packets: Family<StatLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -130,6 +142,7 @@ impl Metrics {
             conntrack_entries: Family::default(),
             conntrack_gc_deleted: Counter::default(),
             health_check_unbound: Family::default(),
+            datapath_packets: Family::default(),
         };
         let r = &mut registry;
         r.register(
@@ -223,7 +236,22 @@ impl Metrics {
             "healthCheckNodePort listeners that cannot bind (another process holds the port), by Service",
             this.health_check_unbound.clone(),
         );
+        r.register(
+            "datapath_packets",
+            "Packets (socket calls for sock) counted by the datapath programs, by program and reason, as of the last conntrack sweep",
+            this.datapath_packets.clone(),
+        );
         Self { registry, ..this }
+    }
+
+    /// Adds `delta` packets to the datapath counter `program`/`reason`.
+    pub fn add_datapath_packets(&self, program: &str, reason: &str, delta: u64) {
+        self.datapath_packets
+            .get_or_create(&StatLabel {
+                program: program.to_owned(),
+                reason: reason.to_owned(),
+            })
+            .inc_by(delta);
     }
 
     /// The OpenMetrics text exposition.
@@ -300,5 +328,20 @@ mod tests {
             assert!(text.contains(name), "{name} missing from:\n{text}");
         }
         assert!(text.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn datapath_counters_add_up_by_program_and_reason() {
+        let m = Metrics::new();
+        m.add_datapath_packets("tc-ingress", "drop-snat-ports", 3);
+        m.add_datapath_packets("tc-ingress", "drop-snat-ports", 4);
+        m.add_datapath_packets("xdp", "pass", 0);
+        let text = m.encode();
+        for line in [
+            "weir_datapath_packets_total{program=\"tc-ingress\",reason=\"drop-snat-ports\"} 7",
+            "weir_datapath_packets_total{program=\"xdp\",reason=\"pass\"} 0",
+        ] {
+            assert!(text.contains(line), "{line} missing from:\n{text}");
+        }
     }
 }

@@ -393,7 +393,18 @@ pub struct CtValue {
     /// `CT_F_*`.
     pub flags: u8,
     /// Always zero.
-    pub _pad: [u8; 6],
+    pub _pad: [u8; 2],
+    /// Forward entry of a TCP flow: the sequence number a reset from the
+    /// backend must carry to close the flow, host order. In SYN_SENT the
+    /// client's SYN sequence number + 1 (which an RST answering the SYN
+    /// acknowledges); afterwards the client's last acknowledgement number,
+    /// i.e. its `RCV.NXT` (RFC 5961 §3.2: only an RST with exactly that
+    /// sequence number resets). Reply entry: the index of the device the
+    /// backend's replies arrive on (the egress device of the route to the
+    /// backend); a reply-direction packet arriving on another device is not
+    /// treated as a reply. 0: not known (entries of older agents, no route),
+    /// any device.
+    pub aux: u32,
     /// Packets seen on this entry, host order.
     pub packets: u64,
     /// Bytes seen on this entry (IP total length), host order.
@@ -535,7 +546,17 @@ pub const STAT_DROP_NO_ROUTE: u32 = 12;
 /// Dropped: the translated packet exceeds the egress MTU (FIB lookup said
 /// fragmentation needed).
 pub const STAT_DROP_FRAG_NEEDED: u32 = 13;
-pub const STAT_REASONS: u32 = 14;
+/// Dropped: a TCP packet to a frontend without a tracked flow that is not
+/// a SYN, which netfilter's conntrack calls invalid
+/// (`nf_conntrack_tcp_loose=0`).
+pub const STAT_DROP_CT_INVALID: u32 = 14;
+/// A packet from a flow's backend side translated to the client but not
+/// allowed to change the flow, as netfilter ignores it: an RST whose
+/// sequence number is not the client's `RCV.NXT` (RFC 5961: the client
+/// answers an in-window one with a challenge ACK, to which a backend that
+/// really reset sends the exact one), or a SYN on an established flow.
+pub const STAT_REPLY_IGNORED: u32 = 15;
+pub const STAT_REASONS: u32 = 16;
 /// Display names of the `STAT_*` reasons, by index.
 pub const STAT_REASON_NAMES: [&str; STAT_REASONS as usize] = [
     "pass",
@@ -552,6 +573,8 @@ pub const STAT_REASON_NAMES: [&str; STAT_REASONS as usize] = [
     "sock-refused",
     "drop-no-route",
     "drop-frag-needed",
+    "drop-ct-invalid",
+    "reply-ignored",
 ];
 /// Entries of [`MAP_STATS`].
 pub const STAT_ENTRIES: u32 = STAT_PROGS * STAT_REASONS;

@@ -64,6 +64,22 @@ pub struct Scratch {
     pub val: CtValue,
     pub rkey: CtKey,
     pub fib: bpf_fib_lookup,
+    pub probe: Probe,
+}
+
+/// State of the SNAT port probe, shared with its `bpf_loop` callback (see
+/// `packet::new_flow::alloc_snat_port`), which finds it here rather than
+/// through a pointer to the caller's stack.
+#[derive(Clone, Copy, Default)]
+pub struct Probe {
+    /// Offset into the range of the first port tried, `< span`.
+    pub start: u32,
+    /// Ports in the range, `1..=65536`.
+    pub span: u32,
+    /// First port of the range, host order.
+    pub min: u32,
+    /// Set by the callback once it claimed a port.
+    pub found: u32,
 }
 
 #[map(name = "WEIR_SCRATCH")]

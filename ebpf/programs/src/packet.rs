@@ -71,6 +71,10 @@ pub struct Hdr {
     pub proto: u8,
     /// TCP flags byte, 0 for other protocols.
     pub tcp_flags: u8,
+    /// TCP sequence and acknowledgement numbers, network order; 0 for
+    /// other protocols.
+    pub seq: u32,
+    pub ack: u32,
 }
 
 /// The L4 checksum of `proto`; `csum_v6` is `CFG_F_CSUM_IPV6`. Derived from the protocol rather than stored
@@ -187,6 +191,8 @@ fn parse<P: Pkt, const V6: bool>(pkt: &P, h: &mut Hdr) -> Result<(), u32> {
     match h.proto {
         PROTO_TCP => {
             h.tcp_flags = pkt.load(l4 + 13).ok_or(STAT_PASS_UNSUPPORTED)?;
+            h.seq = pkt.load(l4 + 4).ok_or(STAT_PASS_UNSUPPORTED)?;
+            h.ack = pkt.load(l4 + 8).ok_or(STAT_PASS_UNSUPPORTED)?;
         }
         PROTO_UDP | PROTO_SCTP => {}
         _ => return Err(STAT_PASS),

@@ -11,14 +11,14 @@
 #![allow(clippy::needless_borrows_for_generic_args)]
 
 use aya_ebpf::{
-    bindings::{BPF_FIB_LKUP_RET_SUCCESS, BPF_NOEXIST},
+    bindings::{BPF_FIB_LKUP_RET_SUCCESS, BPF_NOEXIST, bpf_fib_lookup},
     maps::LruHashMap,
 };
 use weir_abi::{
-    CFG_F_CSUM_IPV6, CT_DIR_FORWARD, CT_DIR_REPLY, CT_F_CLUSTERIP, CT_F_FIN_FORWARD,
+    Addr, CFG_F_CSUM_IPV6, CT_DIR_FORWARD, CT_DIR_REPLY, CT_F_CLUSTERIP, CT_F_FIN_FORWARD,
     CT_F_FIN_REPLY, CT_F_SNAT, CT_TCP_CLOSING, CT_TCP_ESTABLISHED, CT_TCP_SYN_SENT, Config, CtKey,
     CtValue, DEFAULT_CONFIG, DEFAULT_SNAT_PORT_MAX, DEFAULT_SNAT_PORT_MIN, PROTO_TCP,
-    STAT_DROP_MALFORMED, STAT_FORWARD, STAT_PASS, STAT_REPLY, STAT_XDP_TO_TC,
+    STAT_DROP_MALFORMED, STAT_FORWARD, STAT_PASS, STAT_REPLY, STAT_REPLY_IGNORED, STAT_XDP_TO_TC,
 };
 
 use super::{
@@ -43,7 +43,7 @@ pub enum Verdict {
 pub type CtMap = LruHashMap<CtKey, CtValue>;
 
 #[inline(always)]
-fn ct_map(proto: u8) -> &'static CtMap {
+pub fn ct_map(proto: u8) -> &'static CtMap {
     if proto == PROTO_TCP { &CT_TCP } else { &CT_UDP }
 }
 
@@ -89,8 +89,12 @@ pub fn handle<P: Pkt, const V6: bool>(
         _pad: [0; 2],
     };
     // XDP leaves replies to TC on the reply's ingress device.
-    if !xdp && let Some(e) = ct.get_ptr_mut(&key) {
+    if !xdp
+        && let Some(e) = ct.get_ptr_mut(&key)
         // SAFETY: the pointer comes from a successful lookup.
+        && reply_device_ok(unsafe { &*e }, pkt.ifindex())
+    {
+        // SAFETY: as above.
         let v = unsafe { &*e };
         if !stale_reply(ct, &key, v, h, now) {
             return translate_hit::<P, V6>(
@@ -127,7 +131,10 @@ pub fn handle<P: Pkt, const V6: bool>(
         // An expired entry may have lost its REPLY peer to the collector
         // (it deletes pairs, but the two deletes are not atomic); put the
         // peer back before refreshing so the flow is never half there.
-        if alive && !restart && (v.expires >= now || restore_reply(ct, &key, v, scratch, &cfg, now))
+        if alive
+            && !restart
+            && (v.expires >= now
+                || restore_reply::<P, V6>(pkt, h, ct, &key, v, scratch, &cfg, now, xdp))
         {
             return translate_hit::<P, V6>(
                 pkt,
@@ -152,21 +159,53 @@ pub fn handle<P: Pkt, const V6: bool>(
     new_flow::<P, V6>(pkt, h, ct, &key, scratch, &cfg, now, xdp)
 }
 
-/// Whether the REPLY entry `(key, v)` that packet `h` hit is a leftover of a
-/// finished flow whose tuple is being reused by another connection.
+/// Whether a packet that arrived on device `ifindex` may be a reply of the
+/// flow whose REPLY entry is `v`: only on the device the backend's replies
+/// arrive on (`CtValue::aux`, the egress device of the route to the backend
+/// when the flow was made; 0 for entries that do not know it).
 ///
-/// - A TCP SYN (a SYN-ACK) on an entry past `CT_TCP_SYN_SENT`: a flow of ours
-///   that (re)starts always has a fresh SYN_SENT entry here (`new_flow`), and
-///   the backend answers with a SYN-ACK only before it saw the client's ACK,
-///   which is what moves the flow to ESTABLISHED (see [`refresh`]). So this
-///   answers a different connection on the same tuple, typically the client
-///   now talking to the backend's own address from the same port.
+/// TC runs before the kernel's reverse-path filter, and the REPLY key is
+/// just `backend:port → SNAT address:port` (or the client's tuple), which
+/// any local pod can forge: without this check a pod could close or remove
+/// other clients' flows by sending that tuple from its own veth. A packet
+/// failing the check is not a reply here and is looked up as any other
+/// packet (usually not ours: passed on, and the kernel's rp_filter or local
+/// delivery deals with it). Replies must therefore come back on the device
+/// the forward packets leave by, as rp_filter=1 demands; with a bridge CNI
+/// whose pod veths are bridge ports the reply is translated by TC on the
+/// bridge device (the route's device), and the check cannot tell apart the
+/// pods behind one bridge.
+#[inline(always)]
+fn reply_device_ok(v: &CtValue, ifindex: u32) -> bool {
+    v.aux == 0 || v.aux == ifindex
+}
+
+/// Whether the REPLY entry `(key, v)` that packet `h` hit (on the right
+/// device) is a leftover of a finished flow whose tuple is being reused by
+/// another connection; the pair is then removed and the packet looked up as
+/// any other.
+///
 /// - An expired entry whose FORWARD peer is gone (or belongs to another
 ///   flow): nothing can refresh it any more; the collector just has not
 ///   removed it yet.
+/// - A TCP SYN (a SYN-ACK) on a CLOSING flow: a flow of ours that
+///   (re)starts always has a fresh SYN_SENT entry here (`new_flow`), so
+///   this answers a new connection on the tuple, typically the client now
+///   talking to the backend's own address from the same port.
+///
+/// A SYN on an ESTABLISHED flow is not stale: as in netfilter, a SYN from
+/// the reply side never resets an established connection (see
+/// [`refresh`]); it is translated and changes nothing. It is either forged,
+/// or the backend retransmits its SYN-ACK because the client's ACK was lost
+/// after this node saw it (translated, the client acknowledges again), or
+/// it answers a direct connection from the port of a flow this node still
+/// tracks as established (one whose FIN/RST it never saw): that direct
+/// connection then fails until the old flow expires. Treating it as stale,
+/// as before, let anyone who can send from the backend's side tear down
+/// established flows with one packet.
 #[inline(always)]
 fn stale_reply(ct: &CtMap, key: &CtKey, v: &CtValue, h: &Hdr, now: u32) -> bool {
-    if h.proto == PROTO_TCP && h.tcp_flags & TCP_SYN != 0 && v.tcp_state != CT_TCP_SYN_SENT {
+    if h.proto == PROTO_TCP && h.tcp_flags & TCP_SYN != 0 && v.tcp_state == CT_TCP_CLOSING {
         return true;
     }
     v.expires < now && entry_points_to(ct, &key.peer(v), key) != Some(true)
@@ -237,17 +276,38 @@ pub fn entry_points_to(ct: &CtMap, at: &CtKey, key: &CtKey) -> Option<bool> {
 /// sent, which is the forward key. False if another flow holds that reply
 /// tuple now; this flow then cannot get its replies back and starts afresh.
 #[inline(always)]
-fn restore_reply(
+#[allow(clippy::too_many_arguments)]
+fn restore_reply<P: Pkt, const V6: bool>(
+    pkt: &P,
+    h: &Hdr,
     ct: &CtMap,
     key: &CtKey,
     v: &CtValue,
     scratch: *mut Scratch,
     cfg: &Config,
     now: u32,
+    xdp: bool,
 ) -> bool {
     // SAFETY: see `run_family`; fields disjoint from `h`, unused by the caller
-    // until `new_flow` rewrites them.
-    let (rkey, rval) = unsafe { (&mut (*scratch).rkey, &mut (*scratch).val) };
+    // until `new_flow` or `translate_hit` rewrite them.
+    let (rkey, rval, fib) = unsafe {
+        (
+            &mut (*scratch).rkey,
+            &mut (*scratch).val,
+            &mut (*scratch).fib,
+        )
+    };
+    // The device replies arrive on, as `new_flow` records it.
+    let ifindex = reply_ifindex::<P, V6>(
+        pkt,
+        h,
+        &v.nat_saddr,
+        v.nat_sport,
+        &v.nat_daddr,
+        v.nat_dport,
+        fib,
+        xdp,
+    );
     *rkey = key.peer(v);
     *rval = CtValue {
         nat_daddr: key.saddr,
@@ -259,7 +319,8 @@ fn restore_reply(
         expires: now.wrapping_add(state_timeout(key.proto, v.tcp_state, cfg)),
         tcp_state: v.tcp_state,
         flags: v.flags,
-        _pad: [0; 6],
+        _pad: [0; 2],
+        aux: ifindex,
         packets: 0,
         bytes: 0,
     };
@@ -325,12 +386,16 @@ fn translate_hit<P: Pkt, const V6: bool>(
             return Verdict::Pass;
         }
     }
-    refresh(ct, key, v, h, cfg, now, reason == STAT_REPLY);
+    let ignored = refresh(ct, key, v, h, cfg, now, reason == STAT_REPLY);
     if rewrite::<P, V6>(pkt, h, &saddr, sport, &daddr, dport, csum_v6(cfg)).is_none() {
         count(prog, STAT_DROP_MALFORMED, h.bytes);
         return Verdict::Drop;
     }
-    count(prog, reason, h.bytes);
+    count(
+        prog,
+        if ignored { STAT_REPLY_IGNORED } else { reason },
+        h.bytes,
+    );
     if !out || xdp {
         return Verdict::Pass;
     }
@@ -355,6 +420,31 @@ pub fn finish_xdp<P: Pkt, const V6: bool>(pkt: &mut P, h: &Hdr, scratch: *mut Sc
     Verdict::Redirect(pkt.redirect(fib))
 }
 
+/// The device the replies of a flow whose forward packets leave as
+/// `saddr:sport → daddr:dport` arrive on: the egress device of the route to
+/// the backend from this packet's ingress device (SNAT flows are redirected
+/// there, others forwarded there by the kernel). 0 (any device) if there is
+/// no such route; such a flow's packets are not forwarded anyway.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub fn reply_ifindex<P: Pkt, const V6: bool>(
+    pkt: &P,
+    h: &Hdr,
+    saddr: &Addr,
+    sport: u16,
+    daddr: &Addr,
+    dport: u16,
+    fib: &mut bpf_fib_lookup,
+    xdp: bool,
+) -> u32 {
+    let rc = route::<P, V6>(pkt, h, saddr, sport, daddr, dport, fib, xdp, false);
+    if rc == i64::from(BPF_FIB_LKUP_RET_SUCCESS) {
+        fib.ifindex
+    } else {
+        0
+    }
+}
+
 /// Counts the packet on its entry, advances the TCP state and pushes the
 /// expiry out by the state's timeout.
 ///
@@ -364,13 +454,49 @@ pub fn finish_xdp<P: Pkt, const V6: bool>(pkt: &mut P, h: &Hdr, scratch: *mut Sc
 /// `CT_F_FIN_*` bit on both entries; the flow is CLOSING (short timeout) only
 /// once both sides sent one, or on an RST. A half-closed connection may still
 /// carry data for hours one way, so it keeps the established timeout.
+///
+/// From the reply side, netfilter's rules for state changes apply. An RST
+/// closes the flow only if it is exactly what the client would accept as a
+/// reset (RFC 5961 §3.2; netfilter requires it in the window and not
+/// before the acknowledged data): in SYN_SENT one that acknowledges the
+/// client's SYN, afterwards one whose sequence number is the client's last
+/// acknowledgement number (kept in the forward entry's `aux`). Any other
+/// RST is still translated (the client decides; an in-window one makes it
+/// send a challenge ACK, which a backend that really reset answers with the
+/// exact RST) but leaves the flow as it is. A backend whose socket is gone
+/// answers every segment with `seq = the segment's ack`, which is exact. A
+/// SYN never changes an established flow. So a forged packet from the
+/// backend's side cannot close a flow without knowing its sequence numbers.
+/// True for a reply-side packet ignored that way (`reply-ignored`).
 #[inline(always)]
-fn refresh(ct: &CtMap, key: &CtKey, v: &mut CtValue, h: &Hdr, cfg: &Config, now: u32, reply: bool) {
+fn refresh(
+    ct: &CtMap,
+    key: &CtKey,
+    v: &mut CtValue,
+    h: &Hdr,
+    cfg: &Config,
+    now: u32,
+    reply: bool,
+) -> bool {
     v.packets += 1;
     v.bytes += h.bytes;
     if h.proto != PROTO_TCP {
         v.expires = now.wrapping_add(cfg.ct_udp);
-        return;
+        return false;
+    }
+    let mut rst = h.tcp_flags & TCP_RST != 0;
+    if !reply && h.tcp_flags & TCP_ACK != 0 {
+        // The client's RCV.NXT; never moved back by a reordered ACK (in
+        // SYN_SENT `aux` still holds the client's own SYN sequence).
+        let ack = u32::from_be(h.ack);
+        if v.tcp_state == CT_TCP_SYN_SENT || v.aux == 0 || (ack.wrapping_sub(v.aux) as i32) > 0 {
+            v.aux = ack;
+        }
+    }
+    let mut ignored = reply && h.tcp_flags & TCP_SYN != 0 && v.tcp_state == CT_TCP_ESTABLISHED;
+    if reply && rst && !reply_rst_closes(ct, key, v, h) {
+        rst = false;
+        ignored = true;
     }
     let old_state = v.tcp_state;
     let old_flags = v.flags;
@@ -383,7 +509,7 @@ fn refresh(ct: &CtMap, key: &CtKey, v: &mut CtValue, h: &Hdr, cfg: &Config, now:
         };
     }
     let both_fin = CT_F_FIN_FORWARD | CT_F_FIN_REPLY;
-    let state = if h.tcp_flags & TCP_RST != 0 || flags & both_fin == both_fin {
+    let state = if rst || flags & both_fin == both_fin {
         CT_TCP_CLOSING
     } else if old_state == CT_TCP_SYN_SENT && h.tcp_flags & TCP_SYN == 0 {
         // Not on the SYN-ACK: ESTABLISHED means the handshake is over, so a
@@ -395,7 +521,7 @@ fn refresh(ct: &CtMap, key: &CtKey, v: &mut CtValue, h: &Hdr, cfg: &Config, now:
     let timeout = state_timeout(PROTO_TCP, state, cfg);
     v.expires = now.wrapping_add(timeout);
     if state == old_state && flags == old_flags {
-        return;
+        return ignored;
     }
     v.tcp_state = state;
     v.flags = flags;
@@ -415,6 +541,29 @@ fn refresh(ct: &CtMap, key: &CtKey, v: &mut CtValue, h: &Hdr, cfg: &Config, now:
             (*p).flags |= flags & both_fin;
             (*p).expires = now.wrapping_add(timeout);
         }
+    }
+    ignored
+}
+
+/// Whether the RST `h` from the reply side, which hit REPLY entry
+/// `(key, v)`, may close the flow (see [`refresh`]). True when the forward
+/// entry is gone or no longer this flow's: there is nothing left to
+/// protect.
+#[inline(always)]
+fn reply_rst_closes(ct: &CtMap, key: &CtKey, v: &CtValue, h: &Hdr) -> bool {
+    let Some(p) = ct.get_ptr(&key.peer(v)) else {
+        return true;
+    };
+    // SAFETY: the pointer comes from a successful lookup; plain integers.
+    let f = unsafe { &*p };
+    // aux 0: an entry of an older agent, which did not keep the number.
+    if !points_to(f, key) || f.aux == 0 {
+        return true;
+    }
+    if f.tcp_state == CT_TCP_SYN_SENT {
+        h.tcp_flags & TCP_ACK != 0 && u32::from_be(h.ack) == f.aux
+    } else {
+        u32::from_be(h.seq) == f.aux
     }
 }
 
