@@ -17,6 +17,7 @@
 //! | `xdp` | native XDP counters and flows; best-effort fallback (with its warning) to TC on a device without native XDP (a bridge: this kernel has no `dummy`), with traffic through it |
 //! | `clusterip` | per-packet ClusterIP (hairpin, internalTrafficPolicy Local); a pod's connected UDP socket leaves a removed backend |
 //! | `bad_input` | field-named errors for the new fields, at start and at runtime; good Services keep working |
+//! | `hardening` | forged ACK floods evict no flow; forged replies from a pod or the backend's side neither close nor remove SNAT flows; SNAT ports found at 90-99% use, exhaustion counted |
 #[path = "packet_datapath/support.rs"]
 mod support;
 
@@ -32,6 +33,8 @@ mod collector;
 mod devices;
 #[path = "packet_datapath/external.rs"]
 mod external;
+#[path = "packet_datapath/hardening.rs"]
+mod hardening;
 #[path = "packet_datapath/in_cluster.rs"]
 mod in_cluster;
 #[path = "packet_datapath/lifecycle.rs"]

@@ -8,6 +8,9 @@
 //!   `peer` is answered the same way.
 //! - `GET /stream?lines=N&ms=M` sends `<name> <i>` lines, one every M ms: a long
 //!   TCP stream.
+//! - `GET /hold` answers a header and `<name>`, then keeps the connection and
+//!   answers every line `x` the client sends with `<name> x`, until the client
+//!   closes: a long-lived, idle, established flow (`weir-flowtool hold`).
 use std::{
     io::{Read as _, Write as _},
     net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, UdpSocket},
@@ -104,6 +107,10 @@ fn serve(mut s: TcpStream, name: &str) {
         stream(s, name, query);
         return;
     }
+    if path == "/hold" {
+        hold(s, name);
+        return;
+    }
     let body = if path.starts_with("/peer") {
         let peer = s.peer_addr().map(|p| p.ip().to_canonical().to_string());
         format!("{name} {}\n", peer.unwrap_or_default())
@@ -115,6 +122,41 @@ fn serve(mut s: TcpStream, name: &str) {
         "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
+}
+
+/// `/hold`: `<name>` after the header, then `<name> x` for every line `x`,
+/// until the client closes (the server never closes first, so the backend
+/// keeps no TIME_WAIT socket of the tuple).
+fn hold(mut s: TcpStream, name: &str) {
+    let _ = s.set_nodelay(true);
+    if write!(
+        s,
+        "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n{name}\n"
+    )
+    .is_err()
+    {
+        return;
+    }
+    let _ = s.set_read_timeout(None);
+    let mut line = Vec::new();
+    let mut buf = [0u8; 512];
+    loop {
+        let n = match s.read(&mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        for &b in &buf[..n] {
+            if b != b'\n' {
+                line.push(b);
+                continue;
+            }
+            let text = String::from_utf8_lossy(&line).into_owned();
+            line.clear();
+            if writeln!(s, "{name} {text}").is_err() {
+                return;
+            }
+        }
+    }
 }
 
 /// `?lines=N&ms=M`: N lines `<name> <i>`, one every M milliseconds.
