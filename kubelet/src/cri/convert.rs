@@ -233,9 +233,12 @@ pub fn container_config(c: &ContainerConfig, sandbox: &SandboxConfig) -> pb::Con
                 selinux_options: selinux(&s.selinux),
                 run_as_user: s.run_as_user.map(|value| pb::Int64Value { value }),
                 run_as_group: s.run_as_group.map(|value| pb::Int64Value { value }),
+                run_as_username: s.run_as_username.clone(),
                 supplemental_groups: s.supplemental_groups.clone(),
                 readonly_rootfs: s.readonly_rootfs,
                 no_new_privs: s.no_new_privs,
+                masked_paths: s.masked_paths.clone(),
+                readonly_paths: s.readonly_paths.clone(),
                 seccomp: profile(&s.seccomp),
                 seccomp_profile_path: legacy_profile(&s.seccomp),
                 apparmor: profile(&s.apparmor),
@@ -378,6 +381,8 @@ pub fn image(i: pb::Image) -> ImageInfo {
         repo_tags: i.repo_tags,
         repo_digests: i.repo_digests,
         size: i.size,
+        uid: i.uid.map(|u| u.value),
+        username: i.username,
     }
 }
 

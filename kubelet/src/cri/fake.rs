@@ -31,6 +31,8 @@ struct State {
     sandboxes: BTreeMap<String, Sandbox>,
     containers: BTreeMap<String, Container>,
     images: BTreeSet<String>,
+    /// The image config's user (uid, or name), by image; none means root.
+    image_users: BTreeMap<String, (Option<i64>, String)>,
     registry: BTreeSet<String>,
     calls: Vec<String>,
     fail: BTreeMap<&'static str, CriError>,
@@ -74,6 +76,13 @@ impl FakeRuntime {
     /// An image already present on the node.
     pub fn add_image(&self, image: &str) {
         self.lock("").images.insert(image.to_owned());
+    }
+
+    /// The `User` of `image`'s config: a uid, or a name (`uid` `None`).
+    pub fn set_image_user(&self, image: &str, uid: Option<i64>, username: &str) {
+        self.lock("")
+            .image_users
+            .insert(image.to_owned(), (uid, username.to_owned()));
     }
 
     /// An image `pull_image` can fetch; others fail as an unreachable registry does.
@@ -359,7 +368,7 @@ impl Runtime for FakeRuntime {
 
     async fn image_status(&self, image: &str) -> Result<Option<ImageInfo>> {
         let s = self.begin("ImageStatus")?;
-        Ok(s.images.contains(image).then(|| fake_image(image)))
+        Ok(s.images.contains(image).then(|| fake_image(&s, image)))
     }
 
     async fn pull_image(&self, image: &str) -> Result<String> {
@@ -373,12 +382,12 @@ impl Runtime for FakeRuntime {
             });
         }
         s.images.insert(image.to_owned());
-        Ok(fake_image(image).id)
+        Ok(fake_image(&s, image).id)
     }
 
     async fn list_images(&self) -> Result<Vec<ImageInfo>> {
         let s = self.begin("ListImages")?;
-        Ok(s.images.iter().map(|i| fake_image(i)).collect())
+        Ok(s.images.iter().map(|i| fake_image(&s, i)).collect())
     }
 
     async fn remove_image(&self, image: &str) -> Result<()> {
@@ -387,12 +396,15 @@ impl Runtime for FakeRuntime {
     }
 }
 
-fn fake_image(image: &str) -> ImageInfo {
+fn fake_image(s: &State, image: &str) -> ImageInfo {
+    let (uid, username) = s.image_users.get(image).cloned().unwrap_or_default();
     ImageInfo {
         id: format!("sha256:fake-{image}"),
         repo_tags: vec![image.to_owned()],
         repo_digests: Vec::new(),
         size: 1024,
+        uid,
+        username,
     }
 }
 

@@ -187,6 +187,13 @@ pub struct ContainerSecurity {
     /// `None`: the runtime's default, unconfined as the kubelet's
     /// `seccompDefault: false` asks.
     pub seccomp: Option<SecurityProfile>,
+    /// The image's user by name when there is no `run_as_user` (CRI
+    /// `run_as_username`), so the runtime resolves it in the image.
+    pub run_as_username: String,
+    /// /proc paths hidden and made read-only (`procMount: Default`); empty
+    /// for `Unmasked`.
+    pub masked_paths: Vec<String>,
+    pub readonly_paths: Vec<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -277,4 +284,8 @@ pub struct ImageInfo {
     pub repo_tags: Vec<String>,
     pub repo_digests: Vec<String>,
     pub size: u64,
+    /// The image config's `User` as a uid, when it is numeric.
+    pub uid: Option<i64>,
+    /// The image config's `User` when it is a name, empty otherwise.
+    pub username: String,
 }

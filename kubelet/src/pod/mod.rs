@@ -121,6 +121,9 @@ pub struct PodDnsConfig {
 pub struct PodSecurity {
     pub run_as_user: Option<i64>,
     pub run_as_group: Option<i64>,
+    /// Owns the pod's writable volumes (emptyDir, configMap, secret).
+    pub fs_group: Option<i64>,
+    /// `fsGroup` first, then `supplementalGroups`: what processes get.
     pub supplemental_groups: Vec<i64>,
     pub se_linux: Option<SeLinuxOptions>,
     pub seccomp: Option<SecurityProfile>,

@@ -36,13 +36,16 @@ use crate::{
 
 mod host_path;
 mod lifecycle;
+mod ownership;
 mod pod_dir;
 mod pod_task;
+mod run_as;
 mod spec;
 mod subpath;
 #[cfg(test)]
 mod tests;
 
+pub use run_as::NonRootError;
 pub use spec::{
     ApiObjects, CONTAINER_NAME_LABEL, ContainerConfigError, GRACE_ANNOTATION, POD_NAME_LABEL,
     POD_NAMESPACE_LABEL, POD_UID_LABEL, RESTART_COUNT_ANNOTATION,

@@ -18,12 +18,13 @@ use tokio::sync::mpsc;
 
 use super::{
     PodMsg, Shared,
+    run_as::{ImageUser, apply_image_user, verify_run_as_non_root},
     spec::{self, CONTAINER_NAME_LABEL, RESTART_COUNT_ANNOTATION},
 };
 use crate::{
     cri::{
-        ContainerFilter, ContainerState, ContainerStatus, CriError, Runtime, SandboxFilter,
-        SandboxInfo, SandboxState, SandboxStatus,
+        ContainerFilter, ContainerState, ContainerStatus, CriError, ImageInfo, Runtime,
+        SandboxFilter, SandboxInfo, SandboxState, SandboxStatus,
     },
     flow::PodSource,
     pod::{
@@ -520,8 +521,21 @@ impl<R: Runtime + 'static> PodTask<R> {
         sb: &SandboxStatus,
     ) -> Result<bool, CriError> {
         let rt = self.shared.runtime.clone();
-        if let Err(w) = self.ensure_image(spec, c).await {
-            self.waiting.insert(c.name.clone(), w);
+        let image = match self.ensure_image(spec, c).await {
+            Ok(image) => image,
+            Err(w) => {
+                self.waiting.insert(c.name.clone(), w);
+                return Ok(false);
+            }
+        };
+        // Decided before anything is created for the container (volumes,
+        // env), as generateContainerConfig does first.
+        let user = ImageUser::of(image.as_ref());
+        if let Err(e) = verify_run_as_non_root(spec, &c.name, &c.security, &user) {
+            self.waiting.insert(
+                c.name.clone(),
+                waiting(WaitingReason::CreateContainerConfigError, e.to_string()),
+            );
             return Ok(false);
         }
         let restart_count = snap
@@ -534,7 +548,7 @@ impl<R: Runtime + 'static> PodTask<R> {
             restart_count,
             pod_ip: self.pod_ip(snap),
         };
-        let config = match spec::container_config(&inputs) {
+        let mut config = match spec::container_config(&inputs) {
             Ok(config) => config,
             Err(e) => {
                 self.waiting.insert(
@@ -544,6 +558,7 @@ impl<R: Runtime + 'static> PodTask<R> {
                 return Ok(false);
             }
         };
+        apply_image_user(&mut config.security, &user);
         let sandbox_config = spec::sandbox_config(&self.shared.config, spec, sb.attempt);
         let id = match rt.create_container(&sb.id, &config, &sandbox_config).await {
             Ok(id) => id,
@@ -580,11 +595,16 @@ impl<R: Runtime + 'static> PodTask<R> {
         Ok(true)
     }
 
-    /// The image pull policy, with ErrImagePull → ImagePullBackOff.
-    async fn ensure_image(&mut self, spec: &PodSpec, c: &ContainerSpec) -> Result<(), Waiting> {
+    /// The image pull policy, with ErrImagePull → ImagePullBackOff. Returns
+    /// the image's status (its user), read again after a pull.
+    async fn ensure_image(
+        &mut self,
+        spec: &PodSpec,
+        c: &ContainerSpec,
+    ) -> Result<Option<ImageInfo>, Waiting> {
         let rt = &self.shared.runtime;
-        let present = match rt.image_status(&c.image).await {
-            Ok(i) => i.is_some(),
+        let status = match rt.image_status(&c.image).await {
+            Ok(i) => i,
             Err(e) => {
                 return Err(waiting(
                     WaitingReason::ErrImagePull,
@@ -592,8 +612,9 @@ impl<R: Runtime + 'static> PodTask<R> {
                 ));
             }
         };
+        let present = status.is_some();
         match c.image_pull_policy {
-            PullPolicy::Never if present => return Ok(()),
+            PullPolicy::Never if present => return Ok(status),
             PullPolicy::Never => {
                 return Err(waiting(
                     WaitingReason::ErrImageNeverPull,
@@ -603,7 +624,7 @@ impl<R: Runtime + 'static> PodTask<R> {
                     ),
                 ));
             }
-            PullPolicy::IfNotPresent if present => return Ok(()),
+            PullPolicy::IfNotPresent if present => return Ok(status),
             PullPolicy::IfNotPresent | PullPolicy::Always => {}
         }
         let now = Instant::now();
@@ -613,7 +634,15 @@ impl<R: Runtime + 'static> PodTask<R> {
         match rt.pull_image(&c.image).await {
             Ok(_) => {
                 self.pulls.succeeded(&spec.uid, &c.image);
-                Ok(())
+                // The user is the pulled image's: ask again, as
+                // getImageUser does. An error here reaches the container as
+                // a config error, not a pull error.
+                rt.image_status(&c.image).await.map_err(|e| {
+                    waiting(
+                        WaitingReason::CreateContainerConfigError,
+                        format!("image status of {:?}: {e}", c.image),
+                    )
+                })
             }
             Err(e) => {
                 tracing::warn!(pod = %spec.full_name(), image = %c.image, error = %e, "image pull failed");

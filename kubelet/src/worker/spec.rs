@@ -51,6 +51,8 @@ pub enum ContainerConfigError {
         path: PathBuf,
         reason: &'static str,
     },
+    #[error("spec.securityContext.fsGroup: {gid} is not a valid group id")]
+    FsGroup { gid: i64 },
     /// An identifier of the pod that cannot be part of a path.
     #[error(transparent)]
     Path(#[from] crate::safe_path::PathError),
@@ -305,8 +307,38 @@ fn container_security(cfg: &WorkerConfig, s: &pod::SecurityContext) -> cri::Cont
                     seccomp_profile(cfg, p)
                 }),
         ),
+        // The image's user is filled in once its status is known.
+        run_as_username: String::new(),
+        // `procMount: Default` (the conversion refuses `Unmasked`, which
+        // needs a user namespace): the kubelet's lists, sent explicitly
+        // rather than trusting the runtime's defaults. containerd drops
+        // them for privileged containers.
+        masked_paths: DEFAULT_MASKED_PATHS.map(String::from).to_vec(),
+        readonly_paths: DEFAULT_READONLY_PATHS.map(String::from).to_vec(),
     }
 }
+
+/// securitycontext `defaultMaskedPaths` and `defaultReadonlyPaths`.
+const DEFAULT_MASKED_PATHS: [&str; 11] = [
+    "/proc/asound",
+    "/proc/acpi",
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/latency_stats",
+    "/proc/timer_list",
+    "/proc/timer_stats",
+    "/proc/sched_debug",
+    "/proc/scsi",
+    "/sys/firmware",
+    "/sys/devices/virtual/powercap",
+];
+const DEFAULT_READONLY_PATHS: [&str; 5] = [
+    "/proc/bus",
+    "/proc/fs",
+    "/proc/irq",
+    "/proc/sys",
+    "/proc/sysrq-trigger",
+];
 
 pub(super) fn io_err(
     volume: &str,
@@ -381,6 +413,7 @@ fn volume_path(
         VolumeSource::EmptyDir { .. } => {
             let p = dir("kubernetes.io~empty-dir")?;
             std::fs::create_dir_all(&p).map_err(io_err(name, &p))?;
+            fs_group_owns(pod, name, &p, false)?;
             Ok(p)
         }
         VolumeSource::HostPath { path, kind } => {
@@ -395,6 +428,7 @@ fn volume_path(
             let dir = dir("kubernetes.io~configmap")?;
             let data = object_data(cfg, "ConfigMap", name, pod, object, *optional)?;
             project(name, "ConfigMap", object, &dir, data, items, *default_mode)?;
+            fs_group_owns(pod, name, &dir, true)?;
             Ok(dir)
         }
         VolumeSource::Secret {
@@ -406,9 +440,30 @@ fn volume_path(
             let dir = dir("kubernetes.io~secret")?;
             let data = object_data(cfg, "Secret", name, pod, object, *optional)?;
             project(name, "Secret", object, &dir, data, items, *default_mode)?;
+            fs_group_owns(pod, name, &dir, true)?;
             Ok(dir)
         }
     }
+}
+
+/// `fsGroup` ownership of one of the pod's own volumes. Projected volumes
+/// are rewritten on every container start and re-owned each time; an
+/// emptyDir whose root is already right is left alone, as the kubelet sets
+/// it up once per pod.
+fn fs_group_owns(
+    pod: &PodSpec,
+    volume: &str,
+    dir: &Path,
+    readonly: bool,
+) -> Result<(), ContainerConfigError> {
+    let Some(gid) = pod.security.fs_group else {
+        return Ok(());
+    };
+    let gid = u32::try_from(gid).map_err(|_| ContainerConfigError::FsGroup { gid })?;
+    if !readonly && super::ownership::root_owned(dir, gid, readonly) {
+        return Ok(());
+    }
+    super::ownership::set_volume_ownership(dir, gid, readonly).map_err(io_err(volume, dir))
 }
 
 fn object_data(

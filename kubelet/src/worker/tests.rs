@@ -500,3 +500,38 @@ async fn a_dead_sandbox_is_replaced_and_its_containers_restarted() {
     assert_eq!(phase(&s), "Running");
     assert_eq!(restart_count(&s, "c"), 1);
 }
+
+/// Issue 12 item 3: `runAsNonRoot` is checked against the image's user
+/// before anything is created for the container; a non-zero image uid
+/// passes and is what the container runs as.
+#[tokio::test]
+async fn run_as_non_root_is_checked_against_the_image_user() {
+    let non_root = json!({"securityContext": {"runAsNonRoot": true}, "containers": [c("c")]});
+    let (rt, sink, mut t) = setup(pod("root-image", non_root.clone()));
+    t.step().await;
+    t.step().await;
+    assert_eq!(creates(&rt), 0);
+    let s = sink.last();
+    assert_eq!(
+        waiting_reason(&s, "c").as_deref(),
+        Some("CreateContainerConfigError")
+    );
+    let message = s.container_statuses.as_ref().unwrap()[0]
+        .state
+        .as_ref()
+        .and_then(|st| st.waiting.as_ref())
+        .and_then(|w| w.message.clone())
+        .unwrap();
+    assert_eq!(
+        message,
+        "container has runAsNonRoot and image will run as root (pod: \"p_ns(root-image)\", container: c)"
+    );
+
+    let rt = Arc::new(FakeRuntime::new());
+    rt.add_image(IMAGE);
+    rt.set_image_user(IMAGE, Some(1000), "");
+    let (sink, mut t) = task_on(&rt, pod("uid-image", non_root));
+    t.step().await;
+    t.step().await;
+    assert_eq!(creates(&rt), 1, "{:?}", sink.last());
+}

@@ -35,6 +35,8 @@ pub struct Image {
     /// OCI annotations (`org.opencontainers.image.*`) on the manifest, also
     /// set as the config's labels, as BuildKit does for `--label`.
     pub annotations: Vec<(String, String)>,
+    /// The config's `User`; empty (run as root) is left out of the config.
+    pub user: String,
 }
 
 pub fn sha256_hex(data: &[u8]) -> String {
@@ -175,6 +177,16 @@ pub fn busybox() -> Result<Image> {
     })
 }
 
+/// [`busybox`] as `name`, whose config runs it as `user` (a uid or a name),
+/// as images built with a `USER` line do.
+pub fn busybox_as(name: &str, user: &str) -> Result<Image> {
+    Ok(Image {
+        name: name.into(),
+        user: user.into(),
+        ..busybox()?
+    })
+}
+
 /// Our pause, compiled statically into `work`, as the image's only program.
 pub fn pause(work: &Path) -> Result<Image> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("images/pause/pause.c");
@@ -203,16 +215,21 @@ pub fn oci_archive(image: &Image) -> Result<Vec<u8>> {
         .iter()
         .map(|(k, v)| (k.clone(), v.clone().into()))
         .collect();
+    let mut image_config = json!({
+        "Env": [PATH_ENV],
+        "Entrypoint": image.entrypoint,
+        "Cmd": image.cmd,
+        "WorkingDir": "/",
+        "Labels": annotations,
+    });
+    // Only when set: the other images' digests stay what they were.
+    if !image.user.is_empty() {
+        image_config["User"] = image.user.clone().into();
+    }
     let config = serde_json::to_vec(&json!({
         "architecture": "amd64",
         "os": "linux",
-        "config": {
-            "Env": [PATH_ENV],
-            "Entrypoint": image.entrypoint,
-            "Cmd": image.cmd,
-            "WorkingDir": "/",
-            "Labels": annotations,
-        },
+        "config": image_config,
         // One uncompressed layer: its diff_id is its digest.
         "rootfs": {"type": "layers", "diff_ids": [layer_digest]},
         "history": [{"created_by": "weir-integration images.rs"}],

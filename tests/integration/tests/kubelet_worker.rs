@@ -26,6 +26,8 @@ use weir_kubelet::cri::{CriRuntime, Runtime as _, SandboxFilter};
 // test, so the shared pieces live one level down.
 #[path = "kubelet_worker/node_agent.rs"]
 mod node_agent;
+#[path = "kubelet_worker/security.rs"]
+mod security;
 #[path = "kubelet_worker/support.rs"]
 mod support;
 #[allow(clippy::wildcard_imports)]

@@ -188,6 +188,11 @@ impl PodSpec {
         {
             errs.unsupported("spec.ephemeralContainers", "ephemeral containers");
         }
+        // Running it in the node's user namespace instead would silently
+        // give the pod real root.
+        if spec.host_users == Some(false) {
+            errs.unsupported("spec.hostUsers", "user namespaces (hostUsers: false)");
+        }
         let volumes = convert_volumes(&mut errs, spec.volumes.as_deref().unwrap_or_default());
         let volume_names: BTreeSet<&str> = volumes.iter().map(|v| v.name.as_str()).collect();
         let mut names = BTreeSet::new();

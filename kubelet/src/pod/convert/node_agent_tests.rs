@@ -320,3 +320,52 @@ fn host_network_ports() {
         ])
     );
 }
+
+/// Issue 12 item 3: fsGroup joins the groups (first, as the kubelet lists
+/// them), `procMount: Unmasked` and `hostUsers: false` are refused (no user
+/// namespaces here), and the restricted profile's fields come through.
+#[test]
+fn restricted_profile_fs_group_and_proc_mount() {
+    let p = from_json(json!({
+        "securityContext": {"runAsNonRoot": true, "runAsUser": 65534, "runAsGroup": 65534,
+                            "fsGroup": 2000, "supplementalGroups": [3000],
+                            "seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [container(json!({"securityContext": {
+            "allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true,
+            "capabilities": {"drop": ["ALL"]}, "procMount": "Default"}}))],
+    }))
+    .unwrap();
+    assert_eq!(p.security.fs_group, Some(2000));
+    assert_eq!(p.security.supplemental_groups, [2000, 3000]);
+    let sc = &p.containers[0].security;
+    assert!(sc.run_as_non_root && sc.no_new_privs() && sc.read_only_root_filesystem);
+    assert_eq!(
+        (sc.run_as_user, sc.run_as_group),
+        (Some(65534), Some(65534))
+    );
+    assert_eq!(sc.supplemental_groups, [2000, 3000]);
+    assert_eq!(sc.capabilities_drop, ["ALL"]);
+    assert_eq!(sc.seccomp, Some(SecurityProfile::RuntimeDefault));
+
+    let errs = from_json(json!({"containers": [
+        container(json!({"securityContext": {"procMount": "Unmasked"}})),
+    ]}))
+    .unwrap_err();
+    assert_eq!(
+        errs,
+        [
+            "spec.containers[0].securityContext.procMount: forbidden: `hostUsers` must be false to use `Unmasked`"
+        ]
+    );
+    let errs = from_json(json!({"containers": [
+        container(json!({"securityContext": {"procMount": "Masked"}})),
+    ]}))
+    .unwrap_err();
+    assert!(errs[0].contains("must be Default or Unmasked"), "{errs:?}");
+    let errs =
+        from_json(json!({"hostUsers": false, "containers": [container(json!({}))]})).unwrap_err();
+    assert_eq!(
+        errs,
+        ["spec.hostUsers: user namespaces (hostUsers: false) is not supported by this kubelet"]
+    );
+}

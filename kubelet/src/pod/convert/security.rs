@@ -115,7 +115,13 @@ pub(super) fn pod_security(errs: &mut Errs, sc: Option<&api::PodSecurityContext>
         app_armor: app_armor(errs, at, sc.app_armor_profile.as_ref()),
         run_as_user: sc.run_as_user,
         run_as_group: sc.run_as_group,
-        supplemental_groups: sc.supplemental_groups.clone().unwrap_or_default(),
+        fs_group: sc.fs_group,
+        // fsGroup first, as the kubelet's sandbox and container configs list it.
+        supplemental_groups: sc
+            .fs_group
+            .into_iter()
+            .chain(sc.supplemental_groups.iter().flatten().copied())
+            .collect(),
         se_linux: sc.se_linux_options.as_ref().map(se_linux),
         seccomp: seccomp(errs, at, sc.seccomp_profile.as_ref()),
     }
@@ -153,6 +159,16 @@ pub(super) fn container_security(
                 reason: format!("cannot be false when capabilities.add has {cap}"),
             });
         }
+    }
+    match sc.proc_mount.as_deref() {
+        None | Some("Default") => {}
+        // Pods here always share the node's user namespace (hostUsers: false
+        // is refused), and the API allows an unmasked /proc only without it.
+        Some("Unmasked") => errs.0.push(SpecError::Forbidden {
+            field: format!("{at}.procMount"),
+            reason: "`hostUsers` must be false to use `Unmasked`".into(),
+        }),
+        Some(v) => errs.invalid(format!("{at}.procMount"), v, "must be Default or Unmasked"),
     }
     SecurityContext {
         run_as_user: sc.run_as_user.or(pod.run_as_user),
