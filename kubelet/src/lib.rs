@@ -3,6 +3,7 @@ pub mod api;
 pub mod config;
 pub mod cri;
 pub mod flow;
+pub mod health;
 pub mod pod;
 pub mod safe_path;
 pub mod server;

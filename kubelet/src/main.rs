@@ -13,6 +13,7 @@ use weir_kubelet::{
     config::{self, Config},
     cri::{CriRuntime, Runtime as _, RuntimeVersion},
     flow::{PodEvent, PodSource, StatusSink},
+    health::NodeHealth,
     static_pods::{self, StaticPodSource},
     worker::{Worker, WorkerConfig},
 };
@@ -114,9 +115,24 @@ async fn run(args: Args, config: Config) -> Result<(), MainError> {
             objects = Some(Arc::new(weir_kubelet::api::objects::ApiObjectCache::start(
                 client.clone(),
             )));
-            let sink =
-                weir_kubelet::api::start(client, &config, node_name.clone(), version, tx.clone())
-                    .await?;
+            // The first checks run before the Node registers, so that a
+            // healthy node is Ready from its first status on.
+            let health = NodeHealth::new();
+            health.check_runtime(&*runtime).await;
+            health.relist(&*runtime).await;
+            health.spawn(
+                runtime.clone(),
+                WorkerConfig::new(&config, &node_name).relist_period,
+            );
+            let sink = weir_kubelet::api::start(
+                client,
+                &config,
+                node_name.clone(),
+                version,
+                health,
+                tx.clone(),
+            )
+            .await?;
             api_listed = Some(sink.pods_listed());
             sink
         }

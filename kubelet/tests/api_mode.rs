@@ -24,8 +24,9 @@ use tokio::sync::mpsc;
 use weir_kubelet::{
     api::{ApiStatusSink, NodeOptions, start_with},
     config::Config,
-    cri::RuntimeVersion,
+    cri::{FakeRuntime, RuntimeVersion},
     flow::{PodEvent, PodSource, StatusSink},
+    health::NodeHealth,
     static_pods::{self, CONFIG_MIRROR},
 };
 use weir_test_apiserver::{Options, TestApiServer};
@@ -38,6 +39,8 @@ struct Kubelet {
     client: Client,
     sink: Arc<ApiStatusSink>,
     events: mpsc::Receiver<PodEvent>,
+    /// The runtime the node's health checks ask.
+    runtime: Arc<FakeRuntime>,
 }
 
 fn config(lease_secs: u64) -> Config {
@@ -87,11 +90,18 @@ async fn kubelet_with(
     options: NodeOptions,
 ) -> Kubelet {
     let (tx, events) = mpsc::channel(64);
+    // Real health checks, against a fake runtime that answers them.
+    let fake = Arc::new(FakeRuntime::new());
+    let health = NodeHealth::new();
+    health.check_runtime(&*fake).await;
+    health.relist(&*fake).await;
+    health.spawn(fake.clone(), Duration::from_secs(1));
     let sink = start_with(
         client.clone(),
         &config(lease_secs),
         NODE.into(),
         runtime(),
+        health,
         tx,
         options,
     )
@@ -102,6 +112,7 @@ async fn kubelet_with(
         client,
         sink,
         events,
+        runtime: fake,
     }
 }
 
@@ -234,6 +245,63 @@ async fn node_registers_with_machine_status() {
     for t in ["MemoryPressure", "DiskPressure", "PIDPressure"] {
         assert!(conds.contains_key(t), "{t} reported");
     }
+}
+
+/// Issue 12 item 9: Ready follows the runtime's CRI Status conditions, with
+/// the kubelet's reason and message, both ways.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ready_follows_the_runtime_conditions() {
+    use weir_kubelet::cri::{NETWORK_READY, RUNTIME_READY, RuntimeCondition, RuntimeStatus};
+    let k = kubelet(40).await;
+    let nodes: Api<Node> = Api::all(k.client.clone());
+    let ready = || async {
+        let n = nodes.get_opt(NODE).await.ok()??;
+        let c = n
+            .status?
+            .conditions?
+            .into_iter()
+            .find(|c| c.type_ == "Ready")?;
+        Some((c.status, c.reason?, c.message?))
+    };
+    eventually("Ready", || async {
+        ready().await.filter(|r| r.0 == "True")
+    })
+    .await;
+    let cond = |type_: &str, status: bool| RuntimeCondition {
+        type_: type_.into(),
+        status,
+        reason: if status { "" } else { "NetworkPluginNotReady" }.into(),
+        message: if status {
+            ""
+        } else {
+            "Network plugin returns error: cni plugin not initialized"
+        }
+        .into(),
+    };
+    k.runtime.set_status(RuntimeStatus {
+        conditions: vec![cond(RUNTIME_READY, true), cond(NETWORK_READY, false)],
+    });
+    let (_, reason, message) = eventually("NotReady", || async {
+        ready().await.filter(|r| r.0 == "False")
+    })
+    .await;
+    assert_eq!(reason, "KubeletNotReady");
+    assert_eq!(
+        message,
+        "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady \
+         message:Network plugin returns error: cni plugin not initialized"
+    );
+    k.runtime.set_status(RuntimeStatus {
+        conditions: vec![cond(RUNTIME_READY, true), cond(NETWORK_READY, true)],
+    });
+    let (_, reason, message) = eventually("Ready again", || async {
+        ready().await.filter(|r| r.0 == "True")
+    })
+    .await;
+    assert_eq!(
+        (reason.as_str(), message.as_str()),
+        ("KubeletReady", "kubelet is posting ready status")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

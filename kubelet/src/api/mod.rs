@@ -29,7 +29,7 @@ use std::{
 use k8s_openapi::api::core::v1::Pod;
 use tokio::sync::{Notify, mpsc, watch};
 
-use crate::{config::Config, cri::RuntimeVersion, flow::PodEvent};
+use crate::{config::Config, cri::RuntimeVersion, flow::PodEvent, health::NodeHealth};
 
 pub use sink::ApiStatusSink;
 
@@ -201,16 +201,18 @@ impl Shared {
 
 /// Registers the Node, starts the Lease, node status, pod watch and status
 /// tasks, and returns the sink the worker publishes through. The node IP
-/// comes from [`NODE_IP_ENV`] or the default route.
+/// comes from [`NODE_IP_ENV`] or the default route; the Ready condition
+/// from `health`, whose checks the caller runs.
 pub async fn start(
     client: kube::Client,
     config: &Config,
     node_name: String,
     runtime: RuntimeVersion,
+    health: Arc<NodeHealth>,
     events: mpsc::Sender<PodEvent>,
 ) -> Result<Arc<ApiStatusSink>, ApiError> {
     let options = NodeOptions::from_env()?;
-    let sink = start_with(client, config, node_name, runtime, events, options).await?;
+    let sink = start_with(client, config, node_name, runtime, health, events, options).await?;
     Ok(sink)
 }
 
@@ -220,6 +222,7 @@ pub async fn start_with(
     config: &Config,
     node_name: String,
     runtime: RuntimeVersion,
+    health: Arc<NodeHealth>,
     events: mpsc::Sender<PodEvent>,
     options: NodeOptions,
 ) -> Result<Arc<ApiStatusSink>, ApiError> {
@@ -234,7 +237,7 @@ pub async fn start_with(
         pods_listed: watch::channel(false).0,
         options,
     });
-    let mut node = node::NodeReporter::new(shared.clone(), config, &runtime);
+    let mut node = node::NodeReporter::new(shared.clone(), config, &runtime, health);
     // One attempt up front so that a Node the API server refuses for good is
     // reported to the caller; an outage is retried by the node task.
     // Bounded, so that an unreachable server (packets dropped, not refused)

@@ -25,7 +25,11 @@ use super::{
     machine::{self, Machine},
     status_code,
 };
-use crate::{config::Config, cri::RuntimeVersion};
+use crate::{
+    config::Config,
+    cri::RuntimeVersion,
+    health::{NodeHealth, aggregate},
+};
 
 pub(crate) struct NodeReporter {
     shared: Arc<Shared>,
@@ -33,14 +37,22 @@ pub(crate) struct NodeReporter {
     max_pods: u32,
     update_every: Duration,
     runtime_version: String,
+    /// The runtime's and the PLEG's health: the Ready condition.
+    health: Arc<NodeHealth>,
     /// What was last reported (heartbeat times cleared) and when, to decide
     /// whether the next check must patch.
     last: Option<(NodeStatus, Instant)>,
 }
 
 impl NodeReporter {
-    pub(crate) fn new(shared: Arc<Shared>, config: &Config, runtime: &RuntimeVersion) -> Self {
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        config: &Config,
+        runtime: &RuntimeVersion,
+        health: Arc<NodeHealth>,
+    ) -> Self {
         Self {
+            health,
             shared,
             port: config.port,
             max_pods: config.max_pods,
@@ -108,7 +120,8 @@ impl NodeReporter {
         tracing::info!(node = %name, %uid, "node registered");
         // The existing conditions' transition times carry over.
         self.last = created.status.map(|s| (s, Instant::now()));
-        self.patch_status(m).await?;
+        let not_ready = self.health.not_ready();
+        self.patch_status(m, &not_ready).await?;
         self.shared.node_uid.send_replace(Some(uid));
         Ok(())
     }
@@ -167,25 +180,34 @@ impl NodeReporter {
             self.shared.node_uid.send_replace(node.metadata.uid.clone());
         }
         let m = Machine::read(&self.shared.options.root_dir);
+        let not_ready = self.health.not_ready();
         let due = match &self.last {
             None => true,
             Some((last, at)) => {
-                self.status(&m, None).with_transitions(last) != *last
+                self.status(&m, None, &not_ready).with_transitions(last) != *last
                     || at.elapsed() >= self.shared.options.status_report_frequency
             }
         };
         if due {
-            self.patch_status(m).await?;
+            self.patch_status(m, &not_ready).await?;
         }
         Ok(())
     }
 
     /// Patches the full status. Strategic merge keeps conditions other
     /// components own (NetworkUnavailable) while ours are replaced by type.
-    async fn patch_status(&mut self, m: Machine) -> Result<(), ApiError> {
+    async fn patch_status(&mut self, m: Machine, not_ready: &[String]) -> Result<(), ApiError> {
         let previous = self.last.as_ref().map(|(s, _)| s.clone());
         let now = Time(Timestamp::now());
-        let status = self.status(&m, Some((&now, previous.as_ref())));
+        let status = self.status(&m, Some((&now, previous.as_ref())), not_ready);
+        let was_ready = previous.as_ref().map(|p| ready(p) == Some("True"));
+        if was_ready.is_some_and(|r| r != not_ready.is_empty()) {
+            if not_ready.is_empty() {
+                tracing::info!(node = %self.name(), "node is Ready");
+            } else {
+                tracing::warn!(node = %self.name(), message = %aggregate(not_ready), "node is NotReady");
+            }
+        }
         let name = self.name().to_owned();
         self.api()
             .patch_status(
@@ -198,18 +220,20 @@ impl NodeReporter {
         // Kept with heartbeats but with the transition times it was sent
         // with, so the next comparison sees only real changes.
         self.last = Some((
-            self.status(&m, None).with_transitions(&status),
+            self.status(&m, None, not_ready).with_transitions(&status),
             Instant::now(),
         ));
         Ok(())
     }
 
-    /// The status for `m`. With `times`, conditions carry the heartbeat `now`
-    /// and keep the previous transition time unless their value changed.
+    /// The status for `m`, Ready unless `not_ready` gives reasons. With
+    /// `times`, conditions carry the heartbeat `now` and keep the previous
+    /// transition time unless their value changed.
     pub(crate) fn status(
         &self,
         m: &Machine,
         times: Option<(&Time, Option<&NodeStatus>)>,
+        not_ready: &[String],
     ) -> NodeStatus {
         let ki = |bytes: u64| Quantity(format!("{}Ki", bytes / 1024));
         let capacity = BTreeMap::from([
@@ -263,6 +287,7 @@ impl NodeReporter {
                 last_transition_time: transition,
             }
         };
+        let not_ready_message = aggregate(not_ready);
         // Reasons and messages as pkg/kubelet/nodestatus/setters.go writes them.
         let conditions = vec![
             condition(
@@ -295,13 +320,13 @@ impl NodeReporter {
                     "kubelet has sufficient PID available",
                 ),
             ),
-            // The runtime answered Version before we got here; the worker owns
-            // its health from then on.
+            // setters.go `ReadyCondition`: the runtime's and the PLEG's
+            // errors, aggregated, are the message.
             condition(
                 "Ready",
-                true,
+                not_ready.is_empty(),
                 ("KubeletReady", "kubelet is posting ready status"),
-                ("KubeletNotReady", "container runtime is down"),
+                ("KubeletNotReady", not_ready_message.as_str()),
             ),
         ];
         NodeStatus {
@@ -339,6 +364,15 @@ impl NodeReporter {
             ..Default::default()
         }
     }
+}
+
+/// The Ready condition's status in `s`.
+fn ready(s: &NodeStatus) -> Option<&str> {
+    s.conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| c.status.as_str())
 }
 
 trait WithTransitions {
@@ -383,7 +417,12 @@ mod tests {
             runtime_version: "1.6.20".into(),
             runtime_api_version: "v1".into(),
         };
-        let r = NodeReporter::new(crate::api::tests::shared(), &Config::default(), &runtime);
+        let r = NodeReporter::new(
+            crate::api::tests::shared(),
+            &Config::default(),
+            &runtime,
+            NodeHealth::new(),
+        );
         let m = Machine {
             cpus: 2,
             memory_total: 4 << 30,
@@ -395,7 +434,7 @@ mod tests {
             ..Default::default()
         };
         let t1 = Time(Timestamp::from_second(1000).unwrap());
-        let s1 = r.status(&m, Some((&t1, None)));
+        let s1 = r.status(&m, Some((&t1, None)), &[]);
         assert_eq!(s1.capacity.as_ref().unwrap()["memory"].0, "4194304Ki");
         assert_eq!(s1.allocatable.as_ref().unwrap()["memory"].0, "4091904Ki");
         assert_eq!(s1.capacity.as_ref().unwrap()["pods"].0, "110");
@@ -414,7 +453,7 @@ mod tests {
             ..m.clone()
         };
         let t2 = Time(Timestamp::from_second(2000).unwrap());
-        let s2 = r.status(&pressed, Some((&t2, Some(&s1))));
+        let s2 = r.status(&pressed, Some((&t2, Some(&s1))), &[]);
         let mp = cond(&s2, "MemoryPressure");
         assert_eq!(
             (mp.status.as_str(), mp.last_transition_time.as_ref()),
@@ -429,8 +468,30 @@ mod tests {
         assert_eq!(dp.last_heartbeat_time.as_ref(), Some(&t2));
 
         // What `update` compares: equal while nothing changed, whatever the clock.
-        let last = r.status(&m, None).with_transitions(&s1);
-        assert_eq!(r.status(&m, None).with_transitions(&last), last);
-        assert_ne!(r.status(&pressed, None).with_transitions(&last), last);
+        let last = r.status(&m, None, &[]).with_transitions(&s1);
+        assert_eq!(r.status(&m, None, &[]).with_transitions(&last), last);
+        assert_ne!(r.status(&pressed, None, &[]).with_transitions(&last), last);
+
+        // Ready follows the health checks' errors, with the kubelet's reason.
+        let ready = cond(&s1, "Ready");
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_deref()),
+            ("True", Some("KubeletReady"))
+        );
+        let down = r.status(&m, None, &["container runtime is down".into()]);
+        let nr = cond(&down, "Ready");
+        assert_eq!(
+            (
+                nr.status.as_str(),
+                nr.reason.as_deref(),
+                nr.message.as_deref()
+            ),
+            (
+                "False",
+                Some("KubeletNotReady"),
+                Some("container runtime is down")
+            )
+        );
+        assert_ne!(down.with_transitions(&last), last, "a flip is due at once");
     }
 }

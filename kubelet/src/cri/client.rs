@@ -117,6 +117,13 @@ impl Runtime for CriRuntime {
         Ok(convert::version(v))
     }
 
+    async fn status(&self) -> Result<RuntimeStatus> {
+        let req = pb::StatusRequest { verbose: false };
+        let mut c = self.rt();
+        let r = call("Status", Some(self.timeout), c.status(req)).await?;
+        Ok(convert::runtime_status(r.status))
+    }
+
     async fn run_pod_sandbox(&self, config: &SandboxConfig) -> Result<String> {
         let req = pb::RunPodSandboxRequest {
             config: Some(convert::sandbox_config(config)),

@@ -386,6 +386,22 @@ pub fn image(i: pb::Image) -> ImageInfo {
     }
 }
 
+pub fn runtime_status(s: Option<pb::RuntimeStatus>) -> RuntimeStatus {
+    RuntimeStatus {
+        conditions: s
+            .map(|s| s.conditions)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|c| RuntimeCondition {
+                type_: c.r#type,
+                status: c.status,
+                reason: c.reason,
+                message: c.message,
+            })
+            .collect(),
+    }
+}
+
 pub fn sandbox_filter(f: &SandboxFilter) -> pb::PodSandboxFilter {
     pb::PodSandboxFilter {
         id: f.id.clone().unwrap_or_default(),

@@ -34,6 +34,7 @@ struct State {
     /// The image config's user (uid, or name), by image; none means root.
     image_users: BTreeMap<String, (Option<i64>, String)>,
     registry: BTreeSet<String>,
+    runtime_status: Option<RuntimeStatus>,
     calls: Vec<String>,
     fail: BTreeMap<&'static str, CriError>,
 }
@@ -83,6 +84,11 @@ impl FakeRuntime {
         self.lock("")
             .image_users
             .insert(image.to_owned(), (uid, username.to_owned()));
+    }
+
+    /// What `status` answers; both conditions true until set.
+    pub fn set_status(&self, status: RuntimeStatus) {
+        self.lock("").runtime_status = Some(status);
     }
 
     /// An image `pull_image` can fetch; others fail as an unreachable registry does.
@@ -140,6 +146,18 @@ impl Runtime for FakeRuntime {
             runtime_version: "0.0.1".into(),
             runtime_api_version: "v1".into(),
         })
+    }
+
+    async fn status(&self) -> Result<RuntimeStatus> {
+        let s = self.begin("Status")?;
+        let ready = |type_: &str| RuntimeCondition {
+            type_: type_.into(),
+            status: true,
+            ..Default::default()
+        };
+        Ok(s.runtime_status.clone().unwrap_or_else(|| RuntimeStatus {
+            conditions: vec![ready(RUNTIME_READY), ready(NETWORK_READY)],
+        }))
     }
 
     async fn run_pod_sandbox(&self, config: &SandboxConfig) -> Result<String> {

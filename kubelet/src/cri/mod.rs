@@ -18,6 +18,8 @@ pub use types::*;
 /// can run on a multi-threaded runtime; implementations are shared by reference.
 pub trait Runtime: Send + Sync {
     fn version(&self) -> impl Future<Output = Result<RuntimeVersion>> + Send;
+    /// The runtime's conditions (`RuntimeReady`, `NetworkReady`).
+    fn status(&self) -> impl Future<Output = Result<RuntimeStatus>> + Send;
 
     /// Creates and starts the sandbox (pause container and network); returns its id.
     fn run_pod_sandbox(

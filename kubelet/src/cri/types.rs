@@ -289,3 +289,28 @@ pub struct ImageInfo {
     /// The image config's `User` when it is a name, empty otherwise.
     pub username: String,
 }
+
+/// One of the runtime's `Status` conditions (`RuntimeReady`, `NetworkReady`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RuntimeCondition {
+    pub type_: String,
+    pub status: bool,
+    pub reason: String,
+    pub message: String,
+}
+
+/// The CRI condition types the kubelet requires.
+pub const RUNTIME_READY: &str = "RuntimeReady";
+pub const NETWORK_READY: &str = "NetworkReady";
+
+/// What the runtime's `Status` call says about its health.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RuntimeStatus {
+    pub conditions: Vec<RuntimeCondition>,
+}
+
+impl RuntimeStatus {
+    pub fn condition(&self, type_: &str) -> Option<&RuntimeCondition> {
+        self.conditions.iter().find(|c| c.type_ == type_)
+    }
+}

@@ -60,6 +60,9 @@ pub struct Containerd {
     /// The node's init: PID 1 of the node's PID namespace (our pause), in
     /// the node's mount namespace, under `unshare --fork`.
     init: Option<Child>,
+    /// The init's pid (in the root PID namespace): containerd is started
+    /// into its namespaces, again after [`Containerd::stop_runtime`].
+    init_pid: u32,
     /// `nsenter` into the node's namespaces, whose only child is containerd.
     child: Option<Child>,
     /// containerd's pid (in the root PID namespace).
@@ -83,6 +86,7 @@ impl Containerd {
             dir,
             node,
             init: None,
+            init_pid: 0,
             child: None,
             pid: 0,
         };
@@ -278,11 +282,19 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         let unshare = cmd.spawn().context("starting the node's init (unshare)")?;
         let unshare_pid = unshare.id();
         self.init = Some(unshare);
-        let init_pid = only_child(unshare_pid, "the node's init")?;
+        self.init_pid = only_child(unshare_pid, "the node's init")?;
+        self.spawn_containerd()
+    }
 
-        let log = std::fs::File::create(self.dir.join("containerd.log"))?;
+    /// containerd, in the namespaces of the node's init. Its log is
+    /// appended to: a restarted containerd's follows the first one's.
+    fn spawn_containerd(&mut self) -> Result<()> {
+        let log = std::fs::File::options()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("containerd.log"))?;
         let mut cmd = Command::new("nsenter");
-        cmd.arg(format!("--target={init_pid}"))
+        cmd.arg(format!("--target={}", self.init_pid))
             .args(["--mount", "--pid", "--net", "--", "containerd", "--config"])
             .arg(self.dir.join("config.toml"))
             .stdin(Stdio::null())
@@ -346,6 +358,26 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         }
     }
 
+    /// Stops containerd alone, as `systemctl stop containerd` does: the
+    /// shims, and so the pods' processes, live on (they are children of the
+    /// node's init, not of containerd), and the node's namespaces stay.
+    /// [`Self::restart_runtime`] starts it again; dropping the guard cleans
+    /// up either way.
+    pub fn stop_runtime(&mut self) -> Result<()> {
+        anyhow::ensure!(self.child.is_some(), "containerd is not running");
+        self.stop();
+        Ok(())
+    }
+
+    /// Starts containerd again after [`Self::stop_runtime`], on the same
+    /// root and state, and returns once its CRI answers. It finds the pods
+    /// that kept running through their shims.
+    pub fn restart_runtime(&mut self) -> Result<()> {
+        anyhow::ensure!(self.child.is_none(), "containerd is running");
+        self.spawn_containerd()?;
+        self.wait_ready()
+    }
+
     fn stop(&mut self) {
         let Some(mut child) = self.child.take() else {
             return;
@@ -361,6 +393,12 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
                 return;
             }
             std::thread::sleep(Duration::from_millis(50));
+        }
+        // nsenter only waits for containerd: killing it alone would leave
+        // containerd holding the socket (and a restart would fail).
+        if let Ok(pid @ 1..) = i32::try_from(self.pid) {
+            // SAFETY: kill has no memory-safety preconditions.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
         }
         let _ = child.kill();
         let _ = child.wait();
