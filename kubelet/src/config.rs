@@ -40,6 +40,12 @@ pub struct Config {
     pub tls: Option<TlsFiles>,
     /// `None` when `readOnlyPort: 0` (the default) turns it off.
     pub read_only_port: Option<u16>,
+    /// A container's log file is rotated once it is larger (bytes).
+    pub container_log_max_size: u64,
+    /// The current file plus rotated ones kept per container.
+    pub container_log_max_files: u32,
+    /// How often log sizes are checked.
+    pub container_log_monitor_interval: Duration,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -116,6 +122,14 @@ pub enum FieldError {
     NotADuration { field: &'static str, value: String },
     #[error("{field}: {value:?} must be longer than zero")]
     NotPositive { field: &'static str, value: String },
+    #[error("{field}: {value:?} must be at least {min}")]
+    TooShort {
+        field: &'static str,
+        value: String,
+        min: &'static str,
+    },
+    #[error("{field}: {value:?} is not a positive quantity of bytes")]
+    NotAQuantity { field: &'static str, value: String },
     #[error("{field}: {value:?} is not an IP")]
     NotAnIp { field: String, value: String },
     #[error("{field}: {value:?} is not a DNS domain")]
@@ -156,6 +170,9 @@ struct Raw {
     tls_cert_file: Option<String>,
     tls_private_key_file: Option<String>,
     read_only_port: Option<i64>,
+    container_log_max_size: Option<String>,
+    container_log_max_files: Option<i64>,
+    container_log_monitor_interval: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -283,6 +300,43 @@ fn validate(raw: Raw) -> Result<Config, Vec<FieldError>> {
         Duration::from_secs(10),
         &mut errs,
     );
+    let container_log_max_size = match raw.container_log_max_size.as_deref() {
+        None => 10 << 20,
+        Some(q) => match crate::pod::quantity::Quantity::parse(q)
+            .ok()
+            .and_then(|v| v.value())
+        {
+            Some(v) if v > 0 => v as u64,
+            _ => {
+                errs.push(FieldError::NotAQuantity {
+                    field: "containerLogMaxSize",
+                    value: q.to_owned(),
+                });
+                10 << 20
+            }
+        },
+    };
+    let container_log_max_files = ranged(
+        "containerLogMaxFiles",
+        raw.container_log_max_files,
+        5,
+        2,
+        i64::from(i32::MAX),
+        &mut errs,
+    ) as u32;
+    let container_log_monitor_interval = duration(
+        "containerLogMonitorInterval",
+        raw.container_log_monitor_interval.clone(),
+        Duration::from_secs(10),
+        &mut errs,
+    );
+    if container_log_monitor_interval < Duration::from_secs(3) {
+        errs.push(FieldError::TooShort {
+            field: "containerLogMonitorInterval",
+            value: raw.container_log_monitor_interval.unwrap_or_default(),
+            min: "3s",
+        });
+    }
     let cluster_dns = raw
         .cluster_dns
         .unwrap_or_default()
@@ -382,6 +436,9 @@ fn validate(raw: Raw) -> Result<Config, Vec<FieldError>> {
         client_ca_file,
         tls,
         read_only_port: (read_only_port != 0).then_some(read_only_port),
+        container_log_max_size,
+        container_log_max_files,
+        container_log_monitor_interval,
     })
 }
 
@@ -579,6 +636,43 @@ mod tests {
         assert_eq!(c.client_ca_file, Some(PathBuf::from("/ca.crt")));
         assert_eq!(c.tls.unwrap().key_file, PathBuf::from("/tls.key"));
         assert_eq!(c.read_only_port, Some(10255));
+    }
+
+    #[test]
+    fn container_log_rotation_settings() {
+        let c = parse("").unwrap();
+        assert_eq!(
+            (
+                c.container_log_max_size,
+                c.container_log_max_files,
+                c.container_log_monitor_interval
+            ),
+            (10 << 20, 5, Duration::from_secs(10))
+        );
+        let c = parse(
+            "containerLogMaxSize: 1Mi\ncontainerLogMaxFiles: 2\ncontainerLogMonitorInterval: 3s\n",
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                c.container_log_max_size,
+                c.container_log_max_files,
+                c.container_log_monitor_interval
+            ),
+            (1 << 20, 2, Duration::from_secs(3))
+        );
+        assert_eq!(
+            message("containerLogMaxFiles: 1"),
+            "containerLogMaxFiles: 1 is out of range 2-2147483647"
+        );
+        assert_eq!(
+            message("containerLogMaxSize: '0'"),
+            "containerLogMaxSize: \"0\" is not a positive quantity of bytes"
+        );
+        assert_eq!(
+            message("containerLogMonitorInterval: 1s"),
+            "containerLogMonitorInterval: \"1s\" must be at least 3s"
+        );
     }
 
     #[test]

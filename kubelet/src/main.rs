@@ -151,6 +151,10 @@ async fn run(args: Args, config: Config) -> Result<(), MainError> {
         .ok()
         .and_then(|v| v.parse().ok());
     worker_config.node_ip = Some(weir_kubelet::api::machine::primary_ip(override_ip));
+    tokio::spawn(weir_kubelet::worker::rotate_logs(
+        runtime.clone(),
+        weir_kubelet::worker::LogRotation::from_config(&config),
+    ));
     let worker = Worker::spawn(runtime, worker_config, sink, rx);
     weir_kubelet::server::serve(config.clone(), worker.view()).await?;
 

@@ -256,6 +256,20 @@ impl Runtime for CriRuntime {
         ))
     }
 
+    async fn reopen_container_log(&self, id: &str) -> Result<()> {
+        let req = pb::ReopenContainerLogRequest {
+            container_id: id.into(),
+        };
+        let mut c = self.rt();
+        call(
+            "ReopenContainerLog",
+            Some(self.timeout),
+            c.reopen_container_log(req),
+        )
+        .await?;
+        Ok(())
+    }
+
     async fn list_containers(&self, filter: &ContainerFilter) -> Result<Vec<ContainerInfo>> {
         let req = pb::ListContainersRequest {
             filter: Some(convert::container_filter(filter)),

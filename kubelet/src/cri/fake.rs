@@ -338,6 +338,20 @@ impl Runtime for FakeRuntime {
         Ok(c.status.clone())
     }
 
+    async fn reopen_container_log(&self, id: &str) -> Result<()> {
+        const OP: &str = "ReopenContainerLog";
+        let s = self.begin(OP)?;
+        let c = s.containers.get(id).ok_or_else(|| not_found(OP, id))?;
+        if c.status.state != ContainerState::Running {
+            return Err(CriError::Status {
+                operation: OP,
+                code: Code::FailedPrecondition,
+                message: format!("container {id} is not running"),
+            });
+        }
+        Ok(())
+    }
+
     async fn list_containers(&self, filter: &ContainerFilter) -> Result<Vec<ContainerInfo>> {
         let s = self.begin("ListContainers")?;
         Ok(s.containers

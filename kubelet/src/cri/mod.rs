@@ -49,6 +49,9 @@ pub trait Runtime: Send + Sync {
     fn stop_container(&self, id: &str, grace: Duration) -> impl Future<Output = Result<()>> + Send;
     fn remove_container(&self, id: &str) -> impl Future<Output = Result<()>> + Send;
     fn container_status(&self, id: &str) -> impl Future<Output = Result<ContainerStatus>> + Send;
+    /// Makes the runtime write the container's output to a new file at its
+    /// log path (the old one was renamed away: log rotation).
+    fn reopen_container_log(&self, id: &str) -> impl Future<Output = Result<()>> + Send;
     fn list_containers(
         &self,
         filter: &ContainerFilter,

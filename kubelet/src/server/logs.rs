@@ -4,6 +4,19 @@
 //! `<RFC3339Nano time> <stdout|stderr> <tags> <content>\n`, where the first
 //! tag is `P` for a partial line (the runtime split a long line, or the
 //! container has not finished it yet) and `F` for the chunk that ends one.
+//!
+//! A request never reads more of the file than it needs, nor more than
+//! [`MAX_LOG_READ`]: `tailLines` reads backwards from the end in growing
+//! windows until it holds enough lines, `limitBytes` alone reads forwards
+//! from the start until it has enough output.
+use std::io::{self, Read, Seek, SeekFrom};
+
+/// The most of one log file a request reads. The file itself is rotated at
+/// `containerLogMaxSize` (10 MiB by default), so this is its whole current
+/// file but for a container that outran a rotation.
+pub(super) const MAX_LOG_READ: u64 = 16 << 20;
+/// The first window of a bounded read; it doubles until it is enough.
+const FIRST_WINDOW: u64 = 64 << 10;
 
 /// The `/containerLogs` query parameters honoured.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -12,6 +25,8 @@ pub(super) struct LogOptions {
     pub tail_lines: Option<usize>,
     /// Prefix each line with the time its first chunk was written.
     pub timestamps: bool,
+    /// At most this many bytes of output (the first ones).
+    pub limit_bytes: Option<usize>,
 }
 
 /// A query parameter this endpoint cannot honour.
@@ -29,8 +44,8 @@ pub(super) enum QueryError {
 
 impl LogOptions {
     /// Parameters the kubelet knows but this one does not honour
-    /// (`follow`, `limitBytes`, `sinceSeconds`, ...) are ignored, so a
-    /// `kubectl logs -f` still shows what has been written so far.
+    /// (`follow`, `sinceSeconds`, ...) are ignored, so a `kubectl logs -f`
+    /// still shows what has been written so far.
     pub fn from_query(query: Option<&str>) -> Result<Self, QueryError> {
         let mut opts = LogOptions::default();
         for pair in query
@@ -48,6 +63,19 @@ impl LogOptions {
                     })?)
                 }
                 "timestamps" => opts.timestamps = parse_bool("timestamps", value)?,
+                "limitBytes" => {
+                    opts.limit_bytes = Some(
+                        value
+                            .parse()
+                            .ok()
+                            .filter(|&n: &usize| n > 0)
+                            .ok_or_else(|| QueryError::Invalid {
+                                name: "limitBytes",
+                                value: value.to_owned(),
+                                expected: "a positive integer",
+                            })?,
+                    );
+                }
                 "previous" if parse_bool("previous", value)? => {
                     return Err(QueryError::Unsupported {
                         name: "previous",
@@ -72,6 +100,81 @@ fn parse_bool(name: &'static str, value: &str) -> Result<bool, QueryError> {
             expected: "a boolean",
         }),
     }
+}
+
+/// `len` bytes of `file` from `start`, from its first whole record on
+/// (unless `start` is 0) and up to its last whole one.
+fn window(file: &mut (impl Read + Seek), start: u64, len: u64) -> io::Result<Vec<u8>> {
+    file.seek(SeekFrom::Start(start))?;
+    let mut buf = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+    file.take(len).read_to_end(&mut buf)?;
+    if start > 0 {
+        let first = buf
+            .iter()
+            .position(|&b| b == b'\n')
+            .map_or(buf.len(), |i| i + 1);
+        buf.drain(..first);
+    }
+    Ok(buf)
+}
+
+/// Records that end a line (`F`): how many whole lines `buf` holds at most.
+fn line_ends(buf: &[u8]) -> usize {
+    buf.split(|&b| b == b'\n')
+        .filter(|r| {
+            r.splitn(4, |&b| b == b' ')
+                .nth(2)
+                .is_some_and(|t| t.starts_with(b"F"))
+        })
+        .count()
+}
+
+/// What `opts` asks of a CRI log file of `len` bytes, as plain output.
+/// Reads at most `max` bytes of it: the end for `tailLines` (and without
+/// options, as a `kubectl logs` of a big file wants the newest), the start
+/// for `limitBytes` alone.
+pub(super) fn read_log(
+    file: &mut (impl Read + Seek),
+    len: u64,
+    opts: &LogOptions,
+    max: u64,
+) -> io::Result<Vec<u8>> {
+    let max = max.min(len);
+    let mut out = match (opts.tail_lines, opts.limit_bytes) {
+        (Some(n), _) => {
+            let mut w = FIRST_WINDOW.min(max);
+            loop {
+                let buf = window(file, len - w, w)?;
+                // One more line end than asked: the first line may have
+                // begun before the window.
+                if w >= max || line_ends(&buf) > n {
+                    break to_plain(&buf, opts);
+                }
+                w = (w * 2).min(max);
+            }
+        }
+        (None, Some(limit)) => {
+            let mut w = FIRST_WINDOW.max((limit as u64).saturating_mul(2)).min(max);
+            loop {
+                let mut buf = window(file, 0, w)?;
+                if w < len {
+                    // A record cut by the window's end waits for a larger one.
+                    let end = buf.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+                    buf.truncate(end);
+                }
+                let out = to_plain(&buf, opts);
+                if w >= max || out.len() >= limit {
+                    break out;
+                }
+                w = (w * 2).min(max);
+            }
+        }
+        (None, None) => to_plain(&window(file, len - max, max)?, opts),
+    };
+    if let Some(limit) = opts.limit_bytes {
+        out.truncate(limit);
+    }
+    Ok(out)
 }
 
 struct Line<'a> {
@@ -174,6 +277,7 @@ not a cri line
         let opts = LogOptions {
             tail_lines: Some(3),
             timestamps: true,
+            ..Default::default()
         };
         assert_eq!(
             plain(FILE, &opts),
@@ -181,7 +285,7 @@ not a cri line
         );
         let none = LogOptions {
             tail_lines: Some(0),
-            timestamps: false,
+            ..Default::default()
         };
         assert_eq!(plain(FILE, &none), "");
     }
@@ -194,6 +298,88 @@ not a cri line
         assert_eq!(plain(cut, &LogOptions::default()), "a\nb\n");
     }
 
+    /// A big file: line `i` is `line <i>` on stdout, each its own record.
+    fn big_file(lines: usize) -> Vec<u8> {
+        let mut f = Vec::new();
+        for i in 0..lines {
+            f.extend_from_slice(format!("2024-01-02T03:04:05Z stdout F line {i}\n").as_bytes());
+        }
+        f
+    }
+
+    /// Reads `file` through a reader that counts the bytes it hands out.
+    fn read_counting(file: &[u8], opts: &LogOptions, max: u64) -> (String, u64) {
+        struct Counting<'a>(std::io::Cursor<&'a [u8]>, u64);
+        impl Read for Counting<'_> {
+            fn read(&mut self, b: &mut [u8]) -> io::Result<usize> {
+                let n = self.0.read(b)?;
+                self.1 += n as u64;
+                Ok(n)
+            }
+        }
+        impl Seek for Counting<'_> {
+            fn seek(&mut self, p: SeekFrom) -> io::Result<u64> {
+                self.0.seek(p)
+            }
+        }
+        let mut r = Counting(std::io::Cursor::new(file), 0);
+        let out = read_log(&mut r, file.len() as u64, opts, max).unwrap();
+        (String::from_utf8(out).unwrap(), r.1)
+    }
+
+    #[test]
+    fn tail_reads_backwards_only_what_it_needs() {
+        let file = big_file(200_000); // ~7 MB
+        let opts = LogOptions {
+            tail_lines: Some(3),
+            ..Default::default()
+        };
+        let (out, read) = read_counting(&file, &opts, MAX_LOG_READ);
+        assert_eq!(out, "line 199997\nline 199998\nline 199999\n");
+        assert!(read <= FIRST_WINDOW, "read {read} bytes for 3 lines");
+        // More lines than the first window holds: it grows, and stays bounded.
+        let opts = LogOptions {
+            tail_lines: Some(5000),
+            ..Default::default()
+        };
+        let (out, read) = read_counting(&file, &opts, MAX_LOG_READ);
+        assert_eq!(out.lines().count(), 5000);
+        assert!(out.starts_with("line 195000\n"), "{}", &out[..20]);
+        assert!(read < 4 * 5000 * 40, "read {read} bytes for 5000 lines");
+        // Never more than `max`, however many lines are asked for.
+        let opts = LogOptions {
+            tail_lines: Some(1_000_000),
+            ..Default::default()
+        };
+        let (_, read) = read_counting(&file, &opts, 1 << 20);
+        assert!(read <= 2 << 20, "read {read}");
+    }
+
+    #[test]
+    fn limit_bytes_reads_from_the_start_and_cuts() {
+        let file = big_file(200_000);
+        let opts = LogOptions {
+            limit_bytes: Some(12),
+            ..Default::default()
+        };
+        let (out, read) = read_counting(&file, &opts, MAX_LOG_READ);
+        assert_eq!(out, "line 0\nline ");
+        assert!(read <= FIRST_WINDOW, "read {read}");
+        // With tailLines, the limit applies to the tail's output.
+        let opts = LogOptions {
+            tail_lines: Some(2),
+            limit_bytes: Some(8),
+            ..Default::default()
+        };
+        assert_eq!(read_counting(&file, &opts, MAX_LOG_READ).0, "line 199");
+        // A small file, whole.
+        let small = big_file(3);
+        assert_eq!(
+            read_counting(&small, &LogOptions::default(), MAX_LOG_READ).0,
+            "line 0\nline 1\nline 2\n"
+        );
+    }
+
     #[test]
     fn query_parameters() {
         assert_eq!(LogOptions::from_query(None), Ok(LogOptions::default()));
@@ -201,9 +387,21 @@ not a cri line
             LogOptions::from_query(Some("tailLines=5&timestamps=true&follow=true")),
             Ok(LogOptions {
                 tail_lines: Some(5),
-                timestamps: true
+                timestamps: true,
+                limit_bytes: None,
             })
         );
+        assert_eq!(
+            LogOptions::from_query(Some("limitBytes=10")).map(|o| o.limit_bytes),
+            Ok(Some(10))
+        );
+        assert!(matches!(
+            LogOptions::from_query(Some("limitBytes=0")),
+            Err(QueryError::Invalid {
+                name: "limitBytes",
+                ..
+            })
+        ));
         assert!(matches!(
             LogOptions::from_query(Some("tailLines=-1")),
             Err(QueryError::Invalid {

@@ -1,9 +1,8 @@
 //! Request handling shared by the three listeners: authentication, routing,
 //! and the `/healthz`, `/pods` and `/containerLogs` handlers.
 use std::{
-    io::{Read, Seek, SeekFrom},
     path::Path,
-    sync::Arc,
+    sync::{Arc, LazyLock},
 };
 
 use http_body_util::Full;
@@ -20,9 +19,12 @@ use super::{
 };
 use crate::flow::PodsView;
 
-/// Containers' log files are not rotated by this kubelet, so a long-lived
-/// chatty container's file can be large; only its tail is read per request.
-const MAX_LOG_READ: u64 = 64 << 20;
+/// Log requests served at once: each may hold up to
+/// [`logs::MAX_LOG_READ`] (and its output) in memory, so their number is
+/// what bounds the kubelet's memory, not the clients' patience.
+const MAX_CONCURRENT_LOG_REQUESTS: usize = 4;
+static LOG_REQUESTS: LazyLock<tokio::sync::Semaphore> =
+    LazyLock::new(|| tokio::sync::Semaphore::new(MAX_CONCURRENT_LOG_REQUESTS));
 
 #[derive(Debug, PartialEq, Eq)]
 enum Route<'a> {
@@ -157,16 +159,30 @@ async fn container_logs(
             format!("container \"{container}\" in pod \"{pod}\" is waiting to start\n"),
         );
     };
+    // Refused rather than queued: a queue would hold connections (and
+    // their memory) instead, and clients retry on 429.
+    let Ok(_permit) = LOG_REQUESTS.try_acquire() else {
+        let mut r = text(
+            StatusCode::TOO_MANY_REQUESTS,
+            format!(
+                "too many concurrent log requests (at most {MAX_CONCURRENT_LOG_REQUESTS}), retry later\n"
+            ),
+        );
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+        return r;
+    };
     let read = {
         let path = path.clone();
-        tokio::task::spawn_blocking(move || read_tail(&path)).await
+        tokio::task::spawn_blocking(move || {
+            let mut file = std::fs::File::open(&path)?;
+            let len = file.metadata()?.len();
+            logs::read_log(&mut file, len, &opts, logs::MAX_LOG_READ)
+        })
+        .await
     };
     match read {
-        Ok(Ok(file)) => response(
-            StatusCode::OK,
-            "text/plain; charset=utf-8",
-            logs::to_plain(&file, &opts).into(),
-        ),
+        Ok(Ok(out)) => response(StatusCode::OK, "text/plain; charset=utf-8", out.into()),
         Ok(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => text(
             StatusCode::NOT_FOUND,
             format!(
@@ -204,26 +220,50 @@ fn has_container(pod: &Pod, name: &str) -> bool {
             .any(|c| c.name == name)
 }
 
-/// The whole file, or its last [`MAX_LOG_READ`] bytes from the first whole
-/// line on.
-fn read_tail(path: &Path) -> std::io::Result<Vec<u8>> {
-    let mut file = std::fs::File::open(path)?;
-    let len = file.metadata()?.len();
-    if len <= MAX_LOG_READ {
-        let mut buf = Vec::with_capacity(len as usize);
-        file.read_to_end(&mut buf)?;
-        return Ok(buf);
-    }
-    file.seek(SeekFrom::Start(len - MAX_LOG_READ))?;
-    let mut buf = Vec::with_capacity(MAX_LOG_READ as usize);
-    file.take(MAX_LOG_READ).read_to_end(&mut buf)?;
-    let start = buf.iter().position(|&b| b == b'\n').map_or(0, |i| i + 1);
-    Ok(buf.split_off(start))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    struct OneLog(std::path::PathBuf);
+
+    impl PodsView for OneLog {
+        fn pods(&self) -> Vec<Pod> {
+            vec![
+                serde_json::from_value(serde_json::json!({
+                    "metadata": {"name": "p", "namespace": "ns"},
+                    "spec": {"containers": [{"name": "c"}]},
+                }))
+                .unwrap(),
+            ]
+        }
+        fn container_log(&self, _: &str, _: &str, _: &str) -> Option<std::path::PathBuf> {
+            Some(self.0.clone())
+        }
+    }
+
+    /// Issue 12 item 5: at most MAX_CONCURRENT_LOG_REQUESTS log requests
+    /// run at once; one more is refused with 429, not queued.
+    #[tokio::test]
+    async fn log_requests_beyond_the_limit_get_429() {
+        let file = std::env::temp_dir().join(format!("weir-routes-log-{}", std::process::id()));
+        std::fs::write(&file, "t stdout F one\nt stdout F two\n").unwrap();
+        let view: Arc<dyn PodsView> = Arc::new(OneLog(file.clone()));
+        let held = LOG_REQUESTS
+            .try_acquire_many(MAX_CONCURRENT_LOG_REQUESTS as u32)
+            .unwrap();
+        let r = container_logs(&view, "ns", "p", "c", None).await;
+        assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(r.headers()[header::RETRY_AFTER], "1");
+        drop(held);
+        let r = container_logs(&view, "ns", "p", "c", Some("tailLines=1")).await;
+        assert_eq!(r.status(), StatusCode::OK);
+        let body = http_body_util::BodyExt::collect(r.into_body())
+            .await
+            .unwrap()
+            .to_bytes();
+        assert_eq!(&body[..], b"two\n");
+        std::fs::remove_file(&file).unwrap();
+    }
 
     #[test]
     fn routes_per_endpoint() {

@@ -36,6 +36,7 @@ use crate::{
 
 mod host_path;
 mod lifecycle;
+mod log_rotation;
 mod ownership;
 mod pod_dir;
 mod pod_task;
@@ -45,6 +46,7 @@ mod subpath;
 #[cfg(test)]
 mod tests;
 
+pub use log_rotation::{LogRotation, rotate_logs, rotate_once};
 pub use run_as::NonRootError;
 pub use spec::{
     ApiObjects, CONTAINER_NAME_LABEL, ContainerConfigError, GRACE_ANNOTATION, POD_NAME_LABEL,
