@@ -155,7 +155,12 @@ fn agent_image_is_an_annotated_layout_whose_tools_run() -> Result<()> {
         (&["iptables-save", "--version"][..], "nf_tables"),
         (&["ip6tables-restore", "--version"][..], "nf_tables"),
         (
-            &["sh", "-c", "command -v mount nsenter stat"][..],
+            // busybox's `command -v` looks up one name per call.
+            &[
+                "sh",
+                "-c",
+                "for t in mount nsenter stat; do command -v $t || exit 1; done",
+            ][..],
             "nsenter",
         ),
     ] {
