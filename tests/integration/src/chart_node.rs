@@ -16,10 +16,7 @@
 //! bpffs (`bpf.root`) is a private mount in the work dir, and the socket
 //! programs attach to the pods' cgroup parent (`cgroup.hostRoot`), a child
 //! cgroup the harness made, never the root one.
-use std::{
-    path::PathBuf,
-    time::{Duration, Instant},
-};
+use std::{path::PathBuf, time::Duration};
 
 use anyhow::{Context as _, Result, bail, ensure};
 use k8s_openapi::api::core::v1::Pod;
@@ -31,7 +28,7 @@ use crate::{
     containerd::Containerd,
     helm,
     images::{self, BUSYBOX},
-    kubelet::{ConfigOptions, Kubelet, READ_ONLY_PORT, write_config},
+    kubelet::{ConfigOptions, Kubelet, READ_ONLY_PORT, tail, until, write_config},
     manifest::READY,
     release_images,
     topology::{Bpffs, ChildGuard, DIR_PREFIX, cgroup2_root},
@@ -219,29 +216,14 @@ impl ChartNode {
         })
     }
 
-    /// Polls `f` every 250 ms until it yields, failing with the kubelet's log.
+    /// [`until`] with this node's kubelet.
     pub fn until<T>(
         &self,
         what: &str,
         within: Duration,
-        mut f: impl FnMut() -> Result<Option<T>>,
+        f: impl FnMut() -> Result<Option<T>>,
     ) -> Result<T> {
-        let deadline = Instant::now() + within;
-        let mut last = String::new();
-        loop {
-            match f() {
-                Ok(Some(v)) => return Ok(v),
-                Ok(None) => {}
-                Err(e) => last = format!("{e:#}"),
-            }
-            if Instant::now() > deadline {
-                bail!(
-                    "{what}: not within {within:?} (last error: {last})\nkubelet log tail:\n{}",
-                    tail(&self.kubelet.log_text(), 60)
-                );
-            }
-            std::thread::sleep(Duration::from_millis(250));
-        }
+        until(&self.kubelet, what, within, f)
     }
 
     /// A busybox httpd pod and a Service `web` at `vip` in front of it, with
@@ -462,9 +444,4 @@ pub fn phase(pod: &Pod) -> &str {
         .as_ref()
         .and_then(|s| s.phase.as_deref())
         .unwrap_or("")
-}
-
-fn tail(text: &str, n: usize) -> String {
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
 }

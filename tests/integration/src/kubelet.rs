@@ -226,6 +226,40 @@ impl Kubelet {
     }
 }
 
+/// Polls `f` every 250 ms until it yields `Some`, failing after `within` with
+/// `f`'s last error and the tail of the kubelet's log. Errors are retried:
+/// an API call may fail while the thing awaited is still settling. The one
+/// `eventually` of the kubelet tests.
+pub fn until<T>(
+    kubelet: &Kubelet,
+    what: &str,
+    within: Duration,
+    mut f: impl FnMut() -> Result<Option<T>>,
+) -> Result<T> {
+    let deadline = Instant::now() + within;
+    let mut last = String::new();
+    loop {
+        match f() {
+            Ok(Some(v)) => return Ok(v),
+            Ok(None) => {}
+            Err(e) => last = format!("{e:#}"),
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "{what}: not within {within:?} (last error: {last})\nkubelet log tail:\n{}",
+                tail(&kubelet.log_text(), 60)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// The last `n` lines of a log.
+pub fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
 /// `readOnlyPort` as [`write_config`] writes it, so the launcher knows where
 /// to ask for `/pods`.
 fn read_only_port_of(config: &Path) -> Option<u16> {

@@ -9,7 +9,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{Context as _, Result, bail, ensure};
+use anyhow::{Context as _, Result, ensure};
 use k8s_openapi::api::{
     coordination::v1::Lease,
     core::v1::{ConfigMap, Node, Pod, Secret},
@@ -20,7 +20,7 @@ use weir_integration::{
     api::{Cluster, Relay},
     containerd::Containerd,
     images::BUSYBOX,
-    kubelet::{ConfigOptions, Kubelet, READ_ONLY_PORT, write_config},
+    kubelet::{ConfigOptions, Kubelet, READ_ONLY_PORT, until, write_config},
 };
 
 const NODE: &str = "node-k";
@@ -33,28 +33,6 @@ fn httpd(text: &str) -> Vec<String> {
         "-c".into(),
         format!("mkdir -p /www && echo {text} > /www/index.html && exec httpd -f -p 8080 -h /www"),
     ]
-}
-
-/// Polls `f` until it returns `Some`, or fails with the kubelet's log.
-fn until<T>(
-    kubelet: &Kubelet,
-    what: &str,
-    within: Duration,
-    mut f: impl FnMut() -> Result<Option<T>>,
-) -> Result<T> {
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f()? {
-            return Ok(v);
-        }
-        if start.elapsed() > within {
-            bail!(
-                "{what}: not within {within:?}\nkubelet log:\n{}",
-                kubelet.log_text()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
 }
 
 fn running_ip(pod: &Pod) -> Option<String> {

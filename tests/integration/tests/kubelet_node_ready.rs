@@ -7,7 +7,7 @@
 //! restarted. Needs root.
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, Result, bail, ensure};
+use anyhow::{Context as _, Result, ensure};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Api;
 use serde_json::json;
@@ -15,34 +15,12 @@ use weir_integration::{
     api::{Cluster, Relay},
     containerd::{self, Containerd},
     images::BUSYBOX,
-    kubelet::{ConfigOptions, Kubelet, write_config},
+    kubelet::{ConfigOptions, Kubelet, until, write_config},
 };
 use weir_kubelet::cri::{ContainerState, CriRuntime, Runtime as _};
 
 const NODE: &str = "node-r";
 const API_PORT: u16 = 6443;
-
-/// Polls `f` until it returns `Some`, or fails with the kubelet's log.
-fn until<T>(
-    kubelet: &Kubelet,
-    what: &str,
-    within: Duration,
-    mut f: impl FnMut() -> Result<Option<T>>,
-) -> Result<T> {
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f()? {
-            return Ok(v);
-        }
-        if start.elapsed() > within {
-            bail!(
-                "{what}: not within {within:?}\nkubelet log:\n{}",
-                kubelet.log_text()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    }
-}
 
 /// The Node's Ready condition: (status, reason, message).
 fn ready(cluster: &Cluster) -> Result<Option<(String, String, String)>> {
