@@ -43,6 +43,9 @@ pub trait StatusSink: Send + Sync + 'static {
     /// Every container is stopped and the sandbox removed: an API pod with a
     /// deletionTimestamp may now be deleted for good (UID precondition).
     fn terminated(&self, pod: &Pod, source: &PodSource);
+    /// A Warning Event on the pod (`reason`, `message`), as the kubelet's
+    /// recorder sends for a container it cannot create.
+    fn warning(&self, _pod: &Pod, _reason: &str, _message: &str) {}
 }
 
 /// What the kubelet's HTTP API shows.

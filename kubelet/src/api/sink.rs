@@ -132,7 +132,41 @@ impl ApiStatusSink {
     }
 }
 
+/// Now as an RFC 3339 timestamp with second precision, as Events carry.
+fn event_time() -> String {
+    k8s_openapi::jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}
+
 impl StatusSink for ApiStatusSink {
+    fn warning(&self, pod: &Pod, reason: &str, message: &str) {
+        let (ns, name, uid) = meta(pod);
+        let shared = self.inner.shared.clone();
+        let now = event_time();
+        let event = json!({
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"generateName": format!("{name}."), "namespace": ns},
+            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": ns,
+                               "name": name, "uid": uid},
+            "reason": reason, "message": message, "type": "Warning",
+            "source": {"component": "kubelet", "host": shared.node_name},
+            "reportingComponent": "kubelet", "reportingInstance": shared.node_name,
+            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+        });
+        tokio::spawn(async move {
+            let api: Api<k8s_openapi::api::core::v1::Event> =
+                Api::namespaced(shared.client.clone(), &ns);
+            let ev = match serde_json::from_value(event) {
+                Ok(ev) => ev,
+                Err(e) => return tracing::warn!(error = %e, "event not built"),
+            };
+            if let Err(e) = api.create(&PostParams::default(), &ev).await {
+                tracing::warn!(pod = %name, error = %e, "event not recorded");
+            }
+        });
+    }
+
     fn publish(&self, pod: &Pod, source: &PodSource, status: &PodStatus) {
         let (ns, name, uid) = meta(pod);
         let mut st = self.inner.lock();

@@ -272,6 +272,11 @@ async fn manage<R: Runtime + 'static>(
                 }
                 Some(PodEvent::Upsert { pod, source }) => {
                     let uid = pod.metadata.uid.clone().unwrap_or_default();
+                    // Watches for the ConfigMaps and Secrets it refers to
+                    // start now, before its containers need them.
+                    if let Some(o) = &shared.config.objects {
+                        o.register_pod(&pod);
+                    }
                     if let Some(h) = pods.get(&uid).filter(|h| !h.removing) {
                         let _ = h.tx.send(PodMsg::Update(pod));
                         continue;
@@ -330,6 +335,9 @@ async fn manage<R: Runtime + 'static>(
                 {
                     pods.remove(&uid);
                     lock(&live).remove(&uid);
+                    if let Some(o) = &shared.config.objects {
+                        o.unregister_pod(&uid);
+                    }
                 }
             }
             else => std::future::pending::<()>().await,

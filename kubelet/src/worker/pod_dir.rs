@@ -59,13 +59,97 @@ pub(super) fn subpath_target(
     Ok(safe_path::join_name(&v, "container name", container)?.join(index.to_string()))
 }
 
-/// Unmounts the pod's subPath mounts, then removes its directory unless
-/// something is still mounted below it. A missing directory is fine.
+/// The plugin directory of Secret volumes, each of which is a tmpfs.
+pub(super) const SECRET_PLUGIN: &str = "kubernetes.io~secret";
+
+/// The size limit of one Secret volume's tmpfs. A Secret holds at most
+/// 1 MiB; the rest is room for rewrites and the tmpfs's own metadata.
+const SECRET_TMPFS_SIZE: &str = "8m";
+
+/// Makes `dir`, a Secret volume's directory, a tmpfs of its own (as the
+/// kubelet's secret plugin does through a memory-backed emptyDir), so that
+/// Secret data never reaches the node's disk. The directories above it
+/// (`volumes`, `volumes/kubernetes.io~secret`) are made 0750: no one but
+/// root reaches the volume on the host. The tmpfs root itself is 0755 so a
+/// non-root container reads the files their modes allow, as on a kubelet.
+/// Idempotent: a directory already a mount point is left as it is.
+pub(super) fn secret_tmpfs(dir: &Path) -> io::Result<()> {
+    use std::os::unix::{ffi::OsStrExt as _, fs::PermissionsExt as _};
+    std::fs::create_dir_all(dir)?;
+    for up in [dir.parent(), dir.parent().and_then(Path::parent)]
+        .into_iter()
+        .flatten()
+    {
+        std::fs::set_permissions(up, std::fs::Permissions::from_mode(0o750))?;
+    }
+    let info = std::fs::read_to_string("/proc/self/mountinfo")?;
+    if mount_points(&info).any(|m| m == dir) {
+        return Ok(());
+    }
+    let target = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    let data = std::ffi::CString::new(format!("mode=0755,size={SECRET_TMPFS_SIZE}"))
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    // SAFETY: every pointer is a NUL-terminated string alive for the call.
+    let rc = unsafe {
+        libc::mount(
+            c"tmpfs".as_ptr(),
+            target.as_ptr(),
+            c"tmpfs".as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV,
+            data.as_ptr().cast(),
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Unmounts every mount below `dir` (the pod's Secret tmpfs mounts),
+/// deepest first; a busy one is detached.
+fn unmount_below(dir: &Path) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let mut mounts = mounts_below(dir)?;
+    mounts.sort_by_key(|m| std::cmp::Reverse(m.components().count()));
+    for m in mounts {
+        let target = std::ffi::CString::new(m.as_os_str().as_bytes())
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        // SAFETY: a NUL-terminated path alive for the call.
+        if unsafe { libc::umount2(target.as_ptr(), libc::UMOUNT_NOFOLLOW) } != 0 {
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EINVAL | libc::ENOENT) => {}
+                Some(libc::EBUSY) => {
+                    // SAFETY: as above.
+                    if unsafe {
+                        libc::umount2(target.as_ptr(), libc::MNT_DETACH | libc::UMOUNT_NOFOLLOW)
+                    } != 0
+                    {
+                        return Err(io::Error::last_os_error());
+                    }
+                }
+                _ => return Err(e),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Unmounts the pod's subPath mounts and Secret tmpfs mounts, then removes
+/// its directory unless something is still mounted below it. A missing
+/// directory is fine.
 pub(super) fn remove(cfg: &WorkerConfig, uid: &str) -> Result<(), RemoveError> {
     let dir = pod_dir(cfg, uid)?;
     subpath::unmount_all(&subpaths_dir(cfg, uid)?).map_err(|source| RemoveError::Unmount {
         dir: dir.clone(),
         source,
+    })?;
+    unmount_below(&dir.join("volumes").join(SECRET_PLUGIN)).map_err(|source| {
+        RemoveError::Unmount {
+            dir: dir.clone(),
+            source,
+        }
     })?;
     let mounts = mounts_below(&dir).map_err(|source| RemoveError::Unmount {
         dir: dir.clone(),
@@ -168,6 +252,42 @@ mod tests {
         assert!(!pods.join("u-1").exists() && pods.is_dir());
         remove(&c, "u-1").unwrap();
         std::fs::remove_dir_all(&base).unwrap();
+    }
+
+    /// Issue 12 item 7: a Secret volume is a tmpfs below 0750 directories,
+    /// mounted once, and removal unmounts it before removing the pod dir.
+    #[test]
+    fn secret_volumes_are_tmpfs_and_unmounted_on_removal() {
+        use std::os::unix::fs::PermissionsExt as _;
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: needs root");
+            return;
+        }
+        let base = std::env::temp_dir().join(format!("weir-secret-tmpfs-{}", std::process::id()));
+        let c = cfg(&base.join("pods"));
+        let dir = volume_dir(&c, "u-1", SECRET_PLUGIN, "s").unwrap();
+        // Unmounts whatever the test left behind, even when it fails.
+        struct Cleanup(PathBuf);
+        impl Drop for Cleanup {
+            fn drop(&mut self) {
+                let _ = unmount_below(&self.0);
+                let _ = std::fs::remove_dir_all(&self.0);
+            }
+        }
+        let _cleanup = Cleanup(base.clone());
+        secret_tmpfs(&dir).unwrap();
+        secret_tmpfs(&dir).unwrap();
+        assert_eq!(mounts_below(&base).unwrap(), vec![dir.clone()]);
+        for d in [
+            dir.parent().unwrap(),
+            dir.parent().unwrap().parent().unwrap(),
+        ] {
+            let mode = std::fs::metadata(d).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o750, "{}", d.display());
+        }
+        remove(&c, "u-1").unwrap();
+        assert!(mounts_below(&base).unwrap().is_empty());
+        assert!(!pod_dir(&c, "u-1").unwrap().exists());
     }
 
     #[test]

@@ -180,6 +180,8 @@ pub(super) struct PodTask<R> {
     pulls: ImagePullBackoff,
     /// Why containers are held back, as decided on this sync.
     waiting: BTreeMap<String, Waiting>,
+    /// The last config error per container that an Event was sent for.
+    config_errors: BTreeMap<String, String>,
     start_time: Option<Timestamp>,
     /// Kept once the sandbox is gone: a finished pod still shows its IP.
     pod_ips: Vec<IpAddr>,
@@ -201,6 +203,7 @@ impl<R: Runtime + 'static> PodTask<R> {
             crash: CrashLoopBackoff::default(),
             pulls: ImagePullBackoff::default(),
             waiting: BTreeMap::new(),
+            config_errors: BTreeMap::new(),
             start_time: None,
             pod_ips: Vec::new(),
             last_status: None,
@@ -549,8 +552,17 @@ impl<R: Runtime + 'static> PodTask<R> {
             pod_ip: self.pod_ip(snap),
         };
         let mut config = match spec::container_config(&inputs) {
-            Ok(config) => config,
+            Ok(config) => {
+                self.config_errors.remove(&c.name);
+                config
+            }
             Err(e) => {
+                let msg = format!("Error: {e}");
+                if self.config_errors.get(&c.name) != Some(&msg) {
+                    tracing::warn!(pod = %spec.full_name(), container = %c.name, error = %e, "container config");
+                    self.shared.sink.warning(&self.pod, "Failed", &msg);
+                    self.config_errors.insert(c.name.clone(), msg);
+                }
                 self.waiting.insert(
                     c.name.clone(),
                     waiting(WaitingReason::CreateContainerConfigError, e.to_string()),

@@ -38,6 +38,14 @@ pub enum ContainerConfigError {
         namespace: String,
         name: String,
     },
+    #[error("volume {volume:?}: {kind} {namespace}/{name}: {message}")]
+    ObjectUnavailable {
+        volume: String,
+        kind: &'static str,
+        namespace: String,
+        name: String,
+        message: String,
+    },
     #[error("volume {volume:?}: key {key:?} not found in {kind} {name}")]
     KeyNotFound {
         volume: String,
@@ -70,12 +78,21 @@ pub enum ContainerConfigError {
     },
 }
 
+/// An object's data, `None` when it does not exist, or why it cannot be
+/// read (the API server's message).
+pub type ObjectData = Result<Option<BTreeMap<String, Vec<u8>>>, String>;
+
 /// ConfigMaps and Secrets, read through the API (API-server mode). The
-/// worker asks when it creates a container; an implementation answers from
-/// its cache.
+/// worker registers each pod's references when the pod arrives or changes
+/// and unregisters them when its worker ends; it asks when it creates a
+/// container, and an implementation answers from its cache.
 pub trait ApiObjects: Send + Sync + 'static {
-    fn config_map(&self, namespace: &str, name: &str) -> Option<BTreeMap<String, Vec<u8>>>;
-    fn secret(&self, namespace: &str, name: &str) -> Option<BTreeMap<String, Vec<u8>>>;
+    fn config_map(&self, namespace: &str, name: &str) -> ObjectData;
+    fn secret(&self, namespace: &str, name: &str) -> ObjectData;
+    /// The pod (new or changed) refers to the objects in its spec.
+    fn register_pod(&self, _pod: &k8s_openapi::api::core::v1::Pod) {}
+    /// The pod's worker ended: its references go.
+    fn unregister_pod(&self, _uid: &str) {}
 }
 
 /// Env lookups through [`ApiObjects`], or none in standalone mode.
@@ -83,11 +100,11 @@ struct Lookup<'a>(Option<&'a dyn ApiObjects>);
 
 impl env::ObjectLookup for Lookup<'_> {
     fn config_map_key(&self, ns: &str, name: &str, key: &str) -> Option<String> {
-        let v = self.0?.config_map(ns, name)?.remove(key)?;
+        let v = self.0?.config_map(ns, name).ok()??.remove(key)?;
         Some(String::from_utf8_lossy(&v).into_owned())
     }
     fn secret_key(&self, ns: &str, name: &str, key: &str) -> Option<String> {
-        let v = self.0?.secret(ns, name)?.remove(key)?;
+        let v = self.0?.secret(ns, name).ok()??.remove(key)?;
         Some(String::from_utf8_lossy(&v).into_owned())
     }
 }
@@ -437,8 +454,9 @@ fn volume_path(
             default_mode,
             optional,
         } => {
-            let dir = dir("kubernetes.io~secret")?;
+            let dir = dir(super::pod_dir::SECRET_PLUGIN)?;
             let data = object_data(cfg, "Secret", name, pod, object, *optional)?;
+            super::pod_dir::secret_tmpfs(&dir).map_err(io_err(name, &dir))?;
             project(name, "Secret", object, &dir, data, items, *default_mode)?;
             fs_group_owns(pod, name, &dir, true)?;
             Ok(dir)
@@ -485,9 +503,16 @@ fn object_data(
         _ => objects.config_map(&pod.namespace, object),
     };
     match found {
-        Some(d) => Ok(d),
-        None if optional => Ok(BTreeMap::new()),
-        None => Err(ContainerConfigError::ObjectNotFound {
+        Ok(Some(d)) => Ok(d),
+        Ok(None) if optional => Ok(BTreeMap::new()),
+        Err(message) => Err(ContainerConfigError::ObjectUnavailable {
+            volume: volume.to_owned(),
+            kind,
+            namespace: pod.namespace.clone(),
+            name: object.to_owned(),
+            message,
+        }),
+        Ok(None) => Err(ContainerConfigError::ObjectNotFound {
             volume: volume.to_owned(),
             kind,
             namespace: pod.namespace.clone(),

@@ -26,6 +26,8 @@ pub struct State {
     /// host:port, for `serverAddressByClientCIDRs`.
     pub server_addr: String,
     pub shutdown: watch::Receiver<bool>,
+    /// Every authenticated request as `METHOD path?query`, like an audit log.
+    pub requests: Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 pub fn json_response(code: u16, v: &Value) -> Response<Body> {
@@ -106,6 +108,11 @@ pub async fn handle(
     if !authenticated {
         return Ok(error_response(&ApiError::Unauthorized));
     }
+    state
+        .requests
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(format!("{} {}", req.method(), req.uri()));
     tracing::debug!(method = %req.method(), uri = %req.uri(), content_type = ?req.headers().get(header::CONTENT_TYPE), accept = ?req.headers().get(header::ACCEPT), "request");
     let path = req.uri().path().trim_end_matches('/').to_string();
     let query: HashMap<String, String> =

@@ -66,6 +66,7 @@ pub struct TestApiServer {
     /// The temporary directory holding the kubeconfig, removed on drop.
     temp_dir: Option<PathBuf>,
     running: Mutex<Option<Running>>,
+    requests: Arc<Mutex<Vec<String>>>,
 }
 
 fn bind(addr: SocketAddr) -> Result<TcpListener, Error> {
@@ -115,6 +116,7 @@ impl TestApiServer {
             kubeconfig_path,
             temp_dir,
             running: Mutex::new(None),
+            requests: Arc::default(),
         };
         server.write_kubeconfig(&server.kubeconfig_path)?;
         server.serve(listener);
@@ -129,9 +131,19 @@ impl TestApiServer {
             bookmark_interval: self.options.bookmark_interval,
             server_addr: self.addr.to_string(),
             shutdown: rx.clone(),
+            requests: self.requests.clone(),
         });
         let task = tokio::spawn(accept_loop(listener, self.acceptor.clone(), state, rx));
         *self.running.lock().unwrap_or_else(|e| e.into_inner()) = Some(Running { shutdown, task });
+    }
+
+    /// Every authenticated request so far as `METHOD path?query`, oldest
+    /// first (an audit log, for tests that check what a client asked).
+    pub fn requests(&self) -> Vec<String> {
+        self.requests
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// The address actually listened on.
