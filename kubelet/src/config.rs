@@ -36,6 +36,7 @@ pub struct Config {
     pub container_runtime_endpoint: PathBuf,
     pub max_pods: u32,
     pub client_ca_file: Option<PathBuf>,
+    pub authorization: Authorization,
     /// Both or neither: without them the kubelet serves a self-signed certificate.
     pub tls: Option<TlsFiles>,
     /// `None` when `readOnlyPort: 0` (the default) turns it off.
@@ -46,6 +47,54 @@ pub struct Config {
     pub container_log_max_files: u32,
     /// How often log sizes are checked.
     pub container_log_monitor_interval: Duration,
+}
+
+/// `authorization`: who may use the kubelet API once authenticated.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Authorization {
+    /// `None` when the file does not say: the kubelet's default, Webhook,
+    /// which needs an API server (see [`Authorization::mode_for`]).
+    pub mode: Option<AuthorizationMode>,
+    /// `webhook.cacheAuthorizedTTL` (5m); zero caches nothing.
+    pub cache_authorized_ttl: Duration,
+    /// `webhook.cacheUnauthorizedTTL` (30s); zero caches nothing.
+    pub cache_unauthorized_ttl: Duration,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AuthorizationMode {
+    AlwaysAllow,
+    /// A SubjectAccessReview to the API server per request (cached).
+    Webhook,
+}
+
+/// `authorization.mode: Webhook` was asked for without an API server to ask.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "authorization.mode: Webhook needs an API server (--kubeconfig); \
+     standalone, set authorization.mode: AlwaysAllow"
+)]
+pub struct WebhookWithoutApiServer;
+
+impl Authorization {
+    /// The mode in force. The kubelet defaults to Webhook, and so does this
+    /// one with a kubeconfig; the real kubelet refuses to start standalone
+    /// with Webhook, and so does this one when the file says Webhook. A file
+    /// that says nothing keeps working standalone, as it did before
+    /// authorization existed here: there is no API server holding RBAC
+    /// objects to ask, so AlwaysAllow (with a warning from the caller).
+    pub fn mode_for(
+        &self,
+        have_api_server: bool,
+    ) -> Result<AuthorizationMode, WebhookWithoutApiServer> {
+        match (self.mode, have_api_server) {
+            (Some(AuthorizationMode::AlwaysAllow), _) | (None, false) => {
+                Ok(AuthorizationMode::AlwaysAllow)
+            }
+            (Some(AuthorizationMode::Webhook) | None, true) => Ok(AuthorizationMode::Webhook),
+            (Some(AuthorizationMode::Webhook), false) => Err(WebhookWithoutApiServer),
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -167,6 +216,7 @@ struct Raw {
     container_runtime_endpoint: Option<String>,
     max_pods: Option<i64>,
     authentication: Option<RawAuthentication>,
+    authorization: Option<RawAuthorization>,
     tls_cert_file: Option<String>,
     tls_private_key_file: Option<String>,
     read_only_port: Option<i64>,
@@ -187,6 +237,22 @@ struct RawAuthentication {
 struct RawX509 {
     #[serde(rename = "clientCAFile")]
     client_ca_file: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAuthorization {
+    mode: Option<String>,
+    webhook: Option<RawWebhook>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawWebhook {
+    #[serde(rename = "cacheAuthorizedTTL")]
+    cache_authorized_ttl: Option<String>,
+    #[serde(rename = "cacheUnauthorizedTTL")]
+    cache_unauthorized_ttl: Option<String>,
 }
 
 /// Accepted so that configurations written for the real kubelet, which
@@ -391,6 +457,7 @@ fn validate(raw: Raw) -> Result<Config, Vec<FieldError>> {
         .and_then(|x| x.client_ca_file)
         .filter(|s| !s.is_empty())
         .map(PathBuf::from);
+    let authorization = authorization(raw.authorization.unwrap_or_default(), &mut errs);
     let non_empty = |s: Option<String>| s.filter(|s| !s.is_empty()).map(PathBuf::from);
     let tls = match (
         non_empty(raw.tls_cert_file),
@@ -434,12 +501,51 @@ fn validate(raw: Raw) -> Result<Config, Vec<FieldError>> {
         container_runtime_endpoint,
         max_pods,
         client_ca_file,
+        authorization,
         tls,
         read_only_port: (read_only_port != 0).then_some(read_only_port),
         container_log_max_size,
         container_log_max_files,
         container_log_monitor_interval,
     })
+}
+
+fn authorization(raw: RawAuthorization, errs: &mut Vec<FieldError>) -> Authorization {
+    let mode = match raw.mode.as_deref() {
+        None | Some("") => None,
+        Some("AlwaysAllow") => Some(AuthorizationMode::AlwaysAllow),
+        Some("Webhook") => Some(AuthorizationMode::Webhook),
+        Some(other) => {
+            errs.push(FieldError::WrongValue {
+                field: "authorization.mode",
+                value: other.to_owned(),
+                expected: "AlwaysAllow or Webhook",
+            });
+            None
+        }
+    };
+    let webhook = raw.webhook.unwrap_or_default();
+    // Zero is valid here, as for the kubelet: it turns that cache off.
+    let mut ttl = |field: &'static str, value: Option<String>, default: Duration| match value {
+        None => default,
+        Some(s) => parse_go_duration(&s).unwrap_or_else(|| {
+            errs.push(FieldError::NotADuration { field, value: s });
+            default
+        }),
+    };
+    Authorization {
+        mode,
+        cache_authorized_ttl: ttl(
+            "authorization.webhook.cacheAuthorizedTTL",
+            webhook.cache_authorized_ttl,
+            Duration::from_secs(5 * 60),
+        ),
+        cache_unauthorized_ttl: ttl(
+            "authorization.webhook.cacheUnauthorizedTTL",
+            webhook.cache_unauthorized_ttl,
+            Duration::from_secs(30),
+        ),
+    }
 }
 
 fn ip(
@@ -752,6 +858,32 @@ mod tests {
             parse_str("port: [").unwrap_err(),
             ConfigError::Syntax { .. }
         ));
+    }
+
+    #[test]
+    fn authorization_mode_and_cache_ttls() {
+        use AuthorizationMode::*;
+        let d = parse("").unwrap().authorization;
+        assert_eq!(d.mode, None);
+        assert_eq!(d.cache_authorized_ttl, Duration::from_secs(300));
+        assert_eq!(d.cache_unauthorized_ttl, Duration::from_secs(30));
+        // Unset: Webhook as the kubelet's default, except standalone.
+        assert_eq!(d.mode_for(true).unwrap(), Webhook);
+        assert_eq!(d.mode_for(false).unwrap(), AlwaysAllow);
+        let a = parse(
+            "authorization: {mode: Webhook, webhook: \
+             {cacheAuthorizedTTL: 1m, cacheUnauthorizedTTL: '0'}}",
+        )
+        .unwrap()
+        .authorization;
+        assert_eq!(a.mode, Some(Webhook));
+        assert_eq!(a.cache_authorized_ttl, Duration::from_secs(60));
+        assert_eq!(a.cache_unauthorized_ttl, Duration::ZERO);
+        assert!(a.mode_for(false).is_err());
+        let allow = parse("authorization: {mode: AlwaysAllow}").unwrap();
+        assert_eq!(allow.authorization.mode_for(true).unwrap(), AlwaysAllow);
+        assert!(message("authorization: {mode: RBAC}").starts_with("authorization.mode"));
+        assert!(message("authorization: {webhook: {cacheAuthorizedTTL: x}}").contains("TTL"));
     }
 
     #[test]

@@ -102,6 +102,12 @@ fn node_name(args: &Args) -> String {
 
 async fn run(args: Args, config: Config) -> Result<(), MainError> {
     let node_name = node_name(&args);
+    // Refused before anything starts, as the kubelet does.
+    config
+        .authorization
+        .mode_for(args.kubeconfig.is_some())
+        .map_err(weir_kubelet::server::ServerError::from)?;
+    let mut api_server = None;
     let endpoint = format!("unix://{}", config.container_runtime_endpoint.display());
     let runtime = Arc::new(CriRuntime::new(&endpoint)?);
     let version = wait_for_runtime(&runtime, &endpoint).await;
@@ -112,6 +118,10 @@ async fn run(args: Args, config: Config) -> Result<(), MainError> {
     let sink: Arc<dyn StatusSink> = match &args.kubeconfig {
         Some(path) => {
             let client = kube_client(path).await?;
+            api_server = Some(weir_kubelet::server::ApiServer {
+                client: client.clone(),
+                node_name: node_name.clone(),
+            });
             objects = Some(Arc::new(weir_kubelet::api::objects::ApiObjectCache::start(
                 client.clone(),
             )));
@@ -156,7 +166,7 @@ async fn run(args: Args, config: Config) -> Result<(), MainError> {
         weir_kubelet::worker::LogRotation::from_config(&config),
     ));
     let worker = Worker::spawn(runtime, worker_config, sink, rx);
-    weir_kubelet::server::serve(config.clone(), worker.view()).await?;
+    weir_kubelet::server::serve(config.clone(), worker.view(), api_server).await?;
 
     let files_read = if let Some(dir) = &config.static_pod_path {
         tracing::info!(dir = %dir.display(), every = ?config.file_check_frequency, "watching static pods");

@@ -3,7 +3,8 @@
 //! - `/healthz` in plain HTTP on `healthzBindAddress:healthzPort`;
 //! - the kubelet API on `address:port` over HTTPS (`/pods`, `/containerLogs`,
 //!   `/healthz`), where every request must carry a client certificate signed
-//!   by `authentication.x509.clientCAFile` and anonymous ones get 401;
+//!   by `authentication.x509.clientCAFile` and anonymous ones get 401, and is
+//!   then authorized by `authorization.mode` ([`authz`]);
 //! - `/pods` and `/healthz` in plain HTTP, without authentication, on
 //!   `address:readOnlyPort` when that port is set.
 use std::{
@@ -19,8 +20,12 @@ use tokio::{
 };
 use tokio_rustls::TlsAcceptor;
 
-use crate::{config::Config, flow::PodsView};
+use crate::{
+    config::{AuthorizationMode, Config, WebhookWithoutApiServer},
+    flow::PodsView,
+};
 
+pub mod authz;
 mod logs;
 mod routes;
 mod tls;
@@ -110,6 +115,22 @@ pub enum ServerError {
     },
     #[error("TLS setup: {0}")]
     Tls(#[source] rustls::Error),
+    #[error(transparent)]
+    Authorization(#[from] WebhookWithoutApiServer),
+}
+
+/// The API server the Webhook authorizer asks, and the node it asks about.
+#[derive(Clone)]
+pub struct ApiServer {
+    pub client: kube::Client,
+    pub node_name: String,
+}
+
+/// What the API listener's connections share.
+struct ApiAccess {
+    authorizer: authz::Authorizer,
+    /// The `nodes` object requests are authorized against.
+    node_name: String,
 }
 
 /// Where each listener ended up (port 0 in [`Config`] binds an ephemeral port).
@@ -129,8 +150,12 @@ pub struct Server {
 
 /// Binds every configured endpoint and serves them in the background for the
 /// life of the tokio runtime; returns once they all listen.
-pub async fn serve(config: Config, pods: Arc<dyn PodsView>) -> Result<(), ServerError> {
-    let server = Server::start(&config, pods).await?;
+pub async fn serve(
+    config: Config,
+    pods: Arc<dyn PodsView>,
+    api_server: Option<ApiServer>,
+) -> Result<(), ServerError> {
+    let server = Server::start_with(&config, pods, api_server).await?;
     let e = server.endpoints();
     tracing::info!(
         api = %e.api,
@@ -147,8 +172,39 @@ impl Server {
     /// [`Config`] built in code may say port 0 (including `Some(0)` for
     /// `healthz_port` and `read_only_port`): the port is then ephemeral, and
     /// [`Server::endpoints`] tells which.
+    ///
+    /// Without an API server, as standalone: see
+    /// [`crate::config::Authorization::mode_for`].
     pub async fn start(config: &Config, pods: Arc<dyn PodsView>) -> Result<Self, ServerError> {
+        Self::start_with(config, pods, None).await
+    }
+
+    /// [`Server::start`], with the API server Webhook authorization asks.
+    pub async fn start_with(
+        config: &Config,
+        pods: Arc<dyn PodsView>,
+        api_server: Option<ApiServer>,
+    ) -> Result<Self, ServerError> {
+        let mode = config.authorization.mode_for(api_server.is_some())?;
         let hostname = tls::node_hostname();
+        let access = Arc::new(match (mode, api_server) {
+            (AuthorizationMode::Webhook, Some(api)) => ApiAccess {
+                authorizer: authz::Authorizer::webhook(api.client, &config.authorization),
+                node_name: api.node_name,
+            },
+            (_, api) => {
+                if config.authorization.mode.is_none() {
+                    tracing::warn!(
+                        "authorization.mode is not set and there is no API server: \
+                         every authenticated client may use the kubelet API (AlwaysAllow)"
+                    );
+                }
+                ApiAccess {
+                    authorizer: authz::Authorizer::AlwaysAllow,
+                    node_name: api.map(|a| a.node_name).unwrap_or(hostname.clone()),
+                }
+            }
+        });
         // Certificates first: a bad file should fail before any port is taken.
         let acceptor = TlsAcceptor::from(tls::server_config(config, &hostname)?);
 
@@ -181,6 +237,7 @@ impl Server {
             Endpoint::Api,
             Some(acceptor),
             pods.clone(),
+            access.clone(),
         ))];
         if let Some((l, _)) = healthz {
             tasks.push(tokio::spawn(accept_loop(
@@ -188,10 +245,17 @@ impl Server {
                 Endpoint::Healthz,
                 None,
                 pods.clone(),
+                access.clone(),
             )));
         }
         if let Some((l, _)) = read_only {
-            tasks.push(tokio::spawn(accept_loop(l, Endpoint::ReadOnly, None, pods)));
+            tasks.push(tokio::spawn(accept_loop(
+                l,
+                Endpoint::ReadOnly,
+                None,
+                pods,
+                access,
+            )));
         }
         Ok(Server { endpoints, tasks })
     }
@@ -235,6 +299,7 @@ async fn accept_loop(
     endpoint: Endpoint,
     tls: Option<TlsAcceptor>,
     pods: Arc<dyn PodsView>,
+    access: Arc<ApiAccess>,
 ) {
     // Owning the connections here means aborting this task (Server's Drop)
     // closes them too.
@@ -244,7 +309,14 @@ async fn accept_loop(
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
             accepted = listener.accept() => match accepted {
                 Ok((tcp, peer)) => {
-                    conns.spawn(connection(tcp, peer, endpoint, tls.clone(), pods.clone()));
+                    conns.spawn(connection(
+                        tcp,
+                        peer,
+                        endpoint,
+                        tls.clone(),
+                        pods.clone(),
+                        access.clone(),
+                    ));
                 }
                 Err(e) => {
                     // Typically EMFILE: retrying at once would spin on the same error.
@@ -262,10 +334,12 @@ async fn connection(
     endpoint: Endpoint,
     tls: Option<TlsAcceptor>,
     pods: Arc<dyn PodsView>,
+    access: Arc<ApiAccess>,
 ) {
     let _ = tcp.set_nodelay(true);
     let Some(acceptor) = tls else {
-        return serve_http(TokioIo::new(tcp), peer, endpoint, true, pods).await;
+        // Plain HTTP listeners neither authenticate nor authorize.
+        return serve_http(TokioIo::new(tcp), peer, endpoint, None, pods, access).await;
     };
     let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
         Ok(Ok(stream)) => stream,
@@ -281,26 +355,40 @@ async fn connection(
     // The verifier accepts a missing certificate (so anonymous clients get a
     // proper 401) but refuses one that does not chain to the client CA; a
     // certificate present here is therefore an authenticated one.
-    let authenticated = stream
+    let user = stream
         .get_ref()
         .1
         .peer_certificates()
-        .is_some_and(|certs| !certs.is_empty());
-    serve_http(TokioIo::new(stream), peer, endpoint, authenticated, pods).await;
+        .and_then(|certs| certs.first())
+        .and_then(authz::User::from_certificate);
+    serve_http(TokioIo::new(stream), peer, endpoint, user, pods, access).await;
 }
 
 async fn serve_http<I>(
     io: TokioIo<I>,
     peer: SocketAddr,
     endpoint: Endpoint,
-    authenticated: bool,
+    user: Option<authz::User>,
     pods: Arc<dyn PodsView>,
+    access: Arc<ApiAccess>,
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    // Plain listeners serve everyone; on the API listener only a certificate
+    // authenticates.
+    let authenticated = endpoint != Endpoint::Api || user.is_some();
     let service = service_fn(move |req| {
-        let pods = pods.clone();
-        async move { Ok::<_, Infallible>(routes::handle(&pods, endpoint, authenticated, req).await) }
+        let (pods, access, user) = (pods.clone(), access.clone(), user.clone());
+        async move {
+            // After authentication (anonymous clients get 401 in `routes`),
+            // before routing, as the kubelet's auth filter.
+            if let (Endpoint::Api, Some(user)) = (endpoint, user)
+                && let Some(refused) = authorize(&access, user, &req).await
+            {
+                return Ok(refused);
+            }
+            Ok::<_, Infallible>(routes::handle(&pods, endpoint, authenticated, req).await)
+        }
     });
     if let Err(e) = http1::Builder::new()
         .timer(TokioTimer::new())
@@ -309,5 +397,32 @@ async fn serve_http<I>(
         .await
     {
         tracing::debug!(%peer, %endpoint, "connection ended: {e}");
+    }
+}
+
+/// `None` when the request may go on, else the kubelet's 403 (or 500 when
+/// the API server could not be asked).
+async fn authorize(
+    access: &ApiAccess,
+    user: authz::User,
+    req: &hyper::Request<hyper::body::Incoming>,
+) -> Option<hyper::Response<http_body_util::Full<hyper::body::Bytes>>> {
+    let attrs = authz::Attributes::new(user, req.method(), req.uri().path(), &access.node_name);
+    match access.authorizer.allowed(&attrs).await {
+        Ok(true) => None,
+        Ok(false) => {
+            tracing::debug!(user = %attrs.user.name, verb = attrs.verb, subresource = attrs.subresource, "forbidden");
+            Some(routes::text(
+                hyper::StatusCode::FORBIDDEN,
+                attrs.forbidden(),
+            ))
+        }
+        Err(e) => {
+            tracing::warn!(user = %attrs.user.name, "authorization failed: {e}");
+            Some(routes::text(
+                hyper::StatusCode::INTERNAL_SERVER_ERROR,
+                attrs.error(),
+            ))
+        }
     }
 }

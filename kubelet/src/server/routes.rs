@@ -97,7 +97,7 @@ pub(super) async fn handle(
     }
 }
 
-fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
+pub(super) fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
     response(status, "text/plain; charset=utf-8", body.into())
 }
 

@@ -11,7 +11,7 @@ use tokio::sync::watch;
 use crate::{
     discovery,
     error::ApiError,
-    handlers,
+    handlers, rbac,
     resources::{self, ResourceDef},
     store::Store,
 };
@@ -139,6 +139,9 @@ pub async fn handle(
         ["openapi", "v3"] => ok(Some(discovery::openapi_root())),
         ["openapi", "v3", rest @ ..] => ok(discovery::openapi_gv(&rest.join("/"))),
         ["api", "v1", rest @ ..] => resource(state, "", "v1", rest, query, req).await,
+        ["apis", "authorization.k8s.io", "v1", "subjectaccessreviews"] => {
+            subject_access_review(&state, req).await
+        }
         ["apis", group, version, rest @ ..] => {
             resource(state, group, version, rest, query, req).await
         }
@@ -146,6 +149,24 @@ pub async fn handle(
     };
     tracing::debug!(status = resp.status().as_u16(), "response");
     Ok(resp)
+}
+
+/// Reviews are not stored: a POST is answered with the decision at once.
+async fn subject_access_review(state: &State, req: Request<Incoming>) -> Response<Body> {
+    if req.method() != Method::POST {
+        return error_response(&ApiError::MethodNotAllowed);
+    }
+    let body = match req.into_body().collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) => {
+            return error_response(&ApiError::BadRequest(format!("cannot read the body: {e}")));
+        }
+    };
+    let reviewed = rbac::review(&state.store.lock(), &body);
+    match reviewed {
+        Ok(v) => json_response(201, &v),
+        Err(e) => error_response(&e),
+    }
 }
 
 async fn resource(

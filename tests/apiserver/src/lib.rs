@@ -23,6 +23,7 @@ mod http;
 mod patch;
 mod pods;
 mod proto;
+mod rbac;
 mod resources;
 mod selectors;
 mod semantics;

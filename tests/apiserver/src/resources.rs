@@ -207,7 +207,38 @@ pub static RESOURCES: &[ResourceDef] = &[
         short_names: &[],
         field_selectors: EVENTS_V1_FIELDS,
     },
+    // RBAC objects are stored as they are; `rbac` evaluates them for
+    // SubjectAccessReviews (the kubelet's webhook authorizer asks those).
+    rbac("roles", "role", "Role", true),
+    rbac("rolebindings", "rolebinding", "RoleBinding", true),
+    rbac("clusterroles", "clusterrole", "ClusterRole", false),
+    rbac(
+        "clusterrolebindings",
+        "clusterrolebinding",
+        "ClusterRoleBinding",
+        false,
+    ),
 ];
+
+const fn rbac(
+    plural: &'static str,
+    singular: &'static str,
+    kind: &'static str,
+    namespaced: bool,
+) -> ResourceDef {
+    ResourceDef {
+        group: "rbac.authorization.k8s.io",
+        version: "v1",
+        plural,
+        singular,
+        kind,
+        namespaced,
+        status_subresource: false,
+        generation: false,
+        short_names: &[],
+        field_selectors: &[],
+    }
+}
 
 /// The API groups in discovery order (the core group is served under `/api`).
 pub fn groups() -> Vec<&'static str> {
