@@ -18,7 +18,14 @@ pub fn run(filter: Option<&str>) -> Result<()> {
     ]))?;
     let mut totals = Totals::default();
     exec_tests(
-        cargo().args(["test", "--workspace", "--exclude", "weir-integration"]),
+        // Every failing test binary reported, not only the first.
+        cargo().args([
+            "test",
+            "--workspace",
+            "--exclude",
+            "weir-integration",
+            "--no-fail-fast",
+        ]),
         &mut totals,
     )?;
 
@@ -39,6 +46,7 @@ pub fn run(filter: Option<&str>) -> Result<()> {
         "-p",
         "weir-integration",
         "--tests",
+        "--no-fail-fast",
         "--",
         "--test-threads=1",
     ])
