@@ -63,6 +63,16 @@ fn client_cert(ca: &CertifiedIssuer<'static, KeyPair>, cn: &str, org: Option<&st
 struct Pki {
     ca: CertifiedIssuer<'static, KeyPair>,
     config: Config,
+    _files: Scratch,
+}
+
+/// The test's own directory, removed when the test ends, failed or not.
+struct Scratch(std::path::PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 fn pki(mode: Option<AuthorizationMode>) -> Pki {
@@ -101,7 +111,11 @@ fn pki(mode: Option<AuthorizationMode>) -> Pki {
         ..Config::default()
     };
     config.authorization.mode = mode;
-    Pki { ca, config }
+    Pki {
+        ca,
+        config,
+        _files: Scratch(dir),
+    }
 }
 
 async fn get(pki: &Pki, addr: SocketAddr, cert: &Cert, path: &str) -> (StatusCode, String) {
