@@ -57,6 +57,9 @@ struct Report {
     peer_mismatch: u32,
     /// The slowest failed attempt, to tell refusals from timeouts.
     max_error_ms: u64,
+    /// `udp-stream`: answers to earlier attempts, read (and dropped) after
+    /// those attempts had timed out.
+    late: u32,
     /// `udp-stream`: every attempt in order, the backend's answer or the error.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     sequence: Vec<String>,
@@ -141,9 +144,20 @@ fn udp_stream(args: &Args, report: &mut Report) {
                 sock = Some(s);
             }
             let s = sock.as_ref().expect("just set");
-            s.send(args.payload.as_bytes())?;
-            let n = s.recv(&mut buf)?;
-            Ok(String::from_utf8_lossy(&buf[..n]).trim().to_owned())
+            // Tagged with the attempt, as a resolver tags queries with an ID:
+            // an answer to an earlier attempt that timed out (still under
+            // way, or queued behind neighbour discovery) is read and dropped,
+            // never counted as this attempt's answer.
+            let tag = format!(" #{}", report.attempts);
+            s.send(format!("{}{tag}", args.payload).as_bytes())?;
+            loop {
+                let n = s.recv(&mut buf)?;
+                let answer = String::from_utf8_lossy(&buf[..n]).trim().to_owned();
+                if let Some(name) = answer.strip_suffix(&tag) {
+                    return Ok(name.to_owned());
+                }
+                report.late += 1;
+            }
         })();
         match res {
             Ok(name) => {

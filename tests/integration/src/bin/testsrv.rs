@@ -75,11 +75,18 @@ fn v6_socket(ty: Type, port: u16) -> std::io::Result<Socket> {
 fn serve_udp(udp: &UdpSocket, name: &str) {
     let mut buf = [0u8; 1500];
     while let Ok((n, from)) = udp.recv_from(&mut buf) {
-        let answer = if buf[..n].starts_with(b"peer") {
+        let request = String::from_utf8_lossy(&buf[..n]);
+        let mut answer = if request.starts_with("peer") {
             format!("{name} {}", from.ip().to_canonical())
         } else {
             name.to_owned()
         };
+        // A request tagged ` #N` (weir-testclient's udp-stream) gets its tag
+        // back, so a client can tell a late answer from the one it awaits.
+        if let Some((_, tag)) = request.trim_end().rsplit_once(" #") {
+            answer.push_str(" #");
+            answer.push_str(tag);
+        }
         let _ = udp.send_to(answer.as_bytes(), from);
     }
 }
