@@ -73,8 +73,11 @@ async fn chatty_container_is_rotated(ctrd: &Containerd, k: &Kubelet) -> Result<(
         rotations_seen >= 2,
         "the log was rotated {rotations_seen} times"
     );
-    // containerd writes to the reopened file: it exists and grows, and its
-    // records are whole (a new file starts at a record).
+    // containerd writes to the reopened file: it exists and grows, and it
+    // holds whole CRI records. Its first record's text may be the tail of a
+    // line: containerd hands the container's output to the log writer in
+    // chunks that do not follow lines, and a reopen closes the old writer,
+    // which flushes its partial line into the old file.
     let before = std::fs::metadata(&log)?.len();
     tokio::time::sleep(Duration::from_millis(500)).await;
     let after = std::fs::metadata(&log)?.len();
@@ -82,14 +85,31 @@ async fn chatty_container_is_rotated(ctrd: &Containerd, k: &Kubelet) -> Result<(
         after > before,
         "the current log does not grow: {before} → {after}"
     );
-    let head = std::fs::read(&log)?;
-    let first = head.split(|&b| b == b'\n').next().unwrap_or_default();
+    let text = String::from_utf8(std::fs::read(&log)?)?;
+    // The last line may still be being written.
+    let whole = &text[..text.rfind('\n').context("no whole record")?];
+    for record in whole.split('\n') {
+        ensure!(is_cri_record(record), "not a CRI log record: {record:?}");
+    }
     ensure!(
-        String::from_utf8_lossy(first).contains(" stdout F line "),
-        "the reopened file starts mid-record: {:?}",
-        String::from_utf8_lossy(first)
+        whole.split('\n').skip(1).any(|r| r.contains(" stdout F line ")),
+        "no whole line after the first record"
     );
     Ok(())
+}
+
+/// `<RFC 3339 time> <stdout|stderr> <F|P> <text>`, as containerd writes.
+fn is_cri_record(record: &str) -> bool {
+    let mut f = record.splitn(4, ' ');
+    let (Some(time), Some(stream), Some(tag)) = (f.next(), f.next(), f.next()) else {
+        return false;
+    };
+    time.len() >= 20
+        && time.ends_with('Z')
+        && time.as_bytes()[4] == b'-'
+        && time.as_bytes()[10] == b'T'
+        && matches!(stream, "stdout" | "stderr")
+        && matches!(tag, "F" | "P")
 }
 
 #[test]
