@@ -17,6 +17,10 @@
 //! A reader that loaded the old master can still find every slot and backend it
 //! names until step 4, and the datapath re-reads the master when a slot vanished
 //! under it, so a frontend with backends never looks empty.
+// Public only for the fuzz targets (fuzz/), which use the same oracle as
+// the unit tests.
+#[doc(hidden)]
+pub mod check;
 mod ids;
 mod image;
 mod restore;

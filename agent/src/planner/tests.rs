@@ -10,7 +10,10 @@ use std::{
 
 use weir_abi::{Addr, RevNat, ServiceKey, ServiceValue};
 
-use super::*;
+use super::{
+    check::{assert_phases, phase},
+    *,
+};
 use crate::{
     maps::{Capacity, LbMaps as _, MapOp, Snapshot, dump, fake::FakeMaps},
     model::{Backend, BackendState, DesiredFrontend, Frontend, Protocol},
@@ -134,34 +137,6 @@ impl World {
 
     fn master(&self, fe: Frontend) -> ServiceValue {
         self.maps.state.services[&service_key(fe, 0)]
-    }
-}
-
-/// Position of an op in make-before-break order.
-fn phase(op: &MapOp) -> u8 {
-    match op {
-        MapOp::UpsertBackend(_, b) if b.state == weir_abi::BACKEND_STATE_DRAINING => 7,
-        MapOp::UpsertBackend(..) => 0,
-        MapOp::UpsertRevNat(..) => 1,
-        MapOp::UpsertSrcRange(_) => 2,
-        MapOp::UpsertService(k, _) if k.slot != 0 => 3,
-        MapOp::UpsertService(..) => 4,
-        MapOp::DeleteService(k) if k.slot == 0 => 5,
-        MapOp::DeleteService(_) => 6,
-        MapOp::DeleteBackend(_) => 8,
-        MapOp::DeleteSrcRange(_) => 9,
-        MapOp::DeleteRevNat(_) => 10,
-    }
-}
-
-fn assert_phases(ops: &[MapOp]) {
-    for w in ops.windows(2) {
-        assert!(
-            phase(&w[0]) <= phase(&w[1]),
-            "{:?} must not come before {:?}",
-            w[0],
-            w[1]
-        );
     }
 }
 

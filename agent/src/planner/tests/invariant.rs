@@ -2,9 +2,10 @@
 //! of the datapath, and restore after random histories.
 use std::{collections::BTreeSet, net::IpAddr};
 
-use weir_abi::{BACKEND_STATE_ACTIVE, Backend as AbiBackend, ServiceValue};
+use weir_abi::BACKEND_STATE_ACTIVE;
 
 use super::*;
+use crate::planner::check::{Endpoint, check_torn_reads, endpoint, endpoints, pickable};
 
 /// xorshift64: deterministic pseudo-random numbers without a dependency.
 struct XorShift(u64);
@@ -52,116 +53,6 @@ fn random_backends(rng: &mut XorShift, net: u8) -> Vec<Backend> {
             let n = out.len() as u64;
             out.rotate_left(rng.below(n) as usize);
             return out;
-        }
-    }
-}
-
-type Endpoint = (IpAddr, u16);
-
-fn endpoint(b: &AbiBackend) -> Endpoint {
-    (IpAddr::from(b.addr), u16::from_be(b.port))
-}
-
-fn endpoints<'a>(bs: impl IntoIterator<Item = &'a Backend>) -> BTreeSet<Endpoint> {
-    bs.into_iter().map(|b| (b.addr, b.port)).collect()
-}
-
-/// What new connections to a frontend with these backends may reach.
-fn pickable(bs: &[Backend]) -> BTreeSet<Endpoint> {
-    let act: Vec<&Backend> = bs
-        .iter()
-        .filter(|b| b.state == BackendState::Active)
-        .collect();
-    if act.is_empty() {
-        endpoints(bs.iter().filter(|b| b.state.serves()))
-    } else {
-        endpoints(act)
-    }
-}
-
-/// The number of slots `pick_in` chooses from.
-fn live(master: &ServiceValue) -> u16 {
-    if master.count > 0 {
-        master.count
-    } else {
-        master.qcount
-    }
-}
-
-/// Checks `pick_backend` of ebpf/programs/src/sock.rs while `states` are
-/// written one after another, each of its lookups seeing its own state, never
-/// an older one than the lookup before: the master at `i`, the slot at
-/// `j >= i`, the backend at `m >= j`. When the slot or the backend is gone, the
-/// program re-reads the master and tries once more, at states from the failure
-/// on. Every connection must reach a backend in `allowed`.
-fn check_torn_reads(states: &[Snapshot], fe: Frontend, allowed: &BTreeSet<Endpoint>, ctx: &str) {
-    let last = states.len() - 1;
-    let key = |slot| service_key(fe, slot);
-    let masters: Vec<ServiceValue> = states
-        .iter()
-        .enumerate()
-        .map(|(i, s)| {
-            let m = *s.services.get(&key(0)).unwrap_or_else(|| {
-                panic!("{ctx}: the frontend vanished after op {i}");
-            });
-            assert!(live(&m) > 0, "{ctx}: the frontend looks empty after op {i}");
-            m
-        })
-        .collect();
-    // None: the lookup failed and the program re-reads the master. A
-    // draining backend in a slot is no pick either (`pick_in`).
-    let lookup = |slot: u16, j: usize, m: usize| -> Option<Option<AbiBackend>> {
-        let v = states[j].services.get(&key(slot))?;
-        Some(
-            states[m]
-                .backends
-                .get(&v.backend_id)
-                .filter(|b| b.state != weir_abi::BACKEND_STATE_DRAINING)
-                .copied(),
-        )
-    };
-    let reaches = |b: AbiBackend, at: &str| {
-        assert!(
-            allowed.contains(&endpoint(&b)) && b.proto == fe.proto.ip_proto(),
-            "{ctx}: {at} reached {b:?}, not an old or new backend"
-        );
-    };
-    // A second attempt that starts at state k succeeds whatever the timing.
-    let mut retry_ok = vec![true; states.len() + 1];
-    for k in (0..=last).rev() {
-        let ok = (1..=live(&masters[k])).all(|s| {
-            (k..=last).all(|j| {
-                (j..=last).all(|m| match lookup(s, j, m) {
-                    Some(Some(b)) => {
-                        reaches(b, &format!("retry at {k}"));
-                        true
-                    }
-                    _ => false,
-                })
-            })
-        });
-        retry_ok[k] = ok && retry_ok[k + 1];
-    }
-    for (i, master) in masters.iter().enumerate() {
-        for s in 1..=live(master) {
-            for j in i..=last {
-                if !states[j].services.contains_key(&key(s)) {
-                    assert!(
-                        retry_ok[j],
-                        "{ctx}: master@{i} slot {s}@{j} is gone and the retry can fail too"
-                    );
-                    continue;
-                }
-                for (m, &retry) in retry_ok.iter().enumerate().take(last + 1).skip(j) {
-                    match lookup(s, j, m).flatten() {
-                        Some(b) => reaches(b, &format!("master@{i} slot {s}@{j} backend@{m}")),
-                        None => assert!(
-                            retry,
-                            "{ctx}: master@{i} slot {s}@{j} backend@{m} is gone and the retry can fail too"
-                        ),
-                    }
-                }
-            }
         }
     }
 }
