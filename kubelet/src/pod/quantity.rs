@@ -100,6 +100,10 @@ impl Quantity {
     /// The value in units of `10^scale`, rounded up (away from zero for
     /// negatives, as Go's `ScaledValue`). `None` when it does not fit an i64.
     pub fn scaled(&self, scale: i32) -> Option<i64> {
+        // Zero is zero at any exponent: "0e40" fits, though 10^40 does not.
+        if self.digits == 0 {
+            return Some(0);
+        }
         let mut n = self.digits.checked_mul(1u128.checked_shl(self.exp2)?)?;
         let e = self.exp10 - scale;
         if e >= 0 {
@@ -170,6 +174,11 @@ mod tests {
         assert_eq!(q("8Ei").value(), None, "does not fit an i64");
         assert_eq!(q("1.5").value(), Some(2));
         assert_eq!(q("0").value(), Some(0));
+        // Found by fuzz/ (quantity): the scale overflowed before the zero
+        // was looked at, so a zero with a large exponent did not "fit".
+        assert_eq!(q("0e42").value(), Some(0));
+        assert_eq!(q("0.000e60").milli_value(), Some(0));
+        assert_eq!(q("-0Ei").value(), Some(0));
     }
 
     #[test]
