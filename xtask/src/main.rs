@@ -8,6 +8,7 @@
 mod dev_apiserver;
 #[cfg(test)]
 mod fresh_machine;
+mod fuzz;
 mod helm;
 mod setup;
 mod test;
@@ -54,7 +55,16 @@ enum Command {
     /// Serve the test Kubernetes API server (tests/apiserver) until interrupted,
     /// writing a kubeconfig for kubectl and the agent.
     DevApiserver(dev_apiserver::DevApiserver),
-    /// Run formatting and lint checks, unit tests and the privileged integration tests.
+    /// Run every cargo-fuzz target in fuzz/ (parsers, conversions, the planner)
+    /// for SECS seconds each, from the checked-in corpus; crashes land in
+    /// target/fuzz/artifacts/<target>/.
+    Fuzz {
+        /// Seconds per target.
+        #[arg(long, default_value_t = 60)]
+        secs: u64,
+    },
+    /// Run formatting and lint checks, unit tests, a short run of every fuzz
+    /// target and the privileged integration tests.
     Test {
         /// Only run integration tests whose name contains this.
         #[arg(long)]
@@ -86,6 +96,10 @@ fn main() -> anyhow::Result<()> {
         }
         Command::HelmTemplate(args) => helm::run(args),
         Command::DevApiserver(args) => dev_apiserver::run(args),
+        Command::Fuzz { secs } => {
+            setup::run()?;
+            fuzz::run(secs)
+        }
         Command::Test { filter } => {
             setup::run()?;
             test::run(filter.as_deref())

@@ -51,6 +51,9 @@ pub const PACKAGES: &[&str] = &[
 ];
 
 const BPF_LINKER_VERSION: &str = "0.13.0";
+/// Runs fuzz/'s targets (`cargo xtask fuzz`, and briefly `cargo xtask test`);
+/// it builds libFuzzer from source with the machine's g++.
+const CARGO_FUZZ_VERSION: &str = "0.13.2";
 const NIGHTLY: &str = "nightly";
 
 pub fn run() -> Result<()> {
@@ -60,6 +63,7 @@ pub fn run() -> Result<()> {
     let sysroot = nightly_sysroot()?;
     rust_src(&sysroot)?;
     bpf_linker(&sysroot)?;
+    cargo_fuzz()?;
     tools::python_tools()?;
     eprintln!("setup: ready ({:.2}s)", start.elapsed().as_secs_f64());
     Ok(())
@@ -169,6 +173,23 @@ fn bpf_linker(sysroot: &Path) -> Result<()> {
             .env("LLVM_PREFIX", &prefix),
     )
     .context("building bpf-linker failed")
+}
+
+fn cargo_fuzz() -> Result<()> {
+    let have = output(cargo().args(["fuzz", "--version"]));
+    if have.is_some_and(|v| v.split_whitespace().any(|w| w == CARGO_FUZZ_VERSION)) {
+        return Ok(());
+    }
+    eprintln!("setup: installing cargo-fuzz {CARGO_FUZZ_VERSION} (cargo install)");
+    exec(cargo().args([
+        "install",
+        "cargo-fuzz",
+        "--version",
+        CARGO_FUZZ_VERSION,
+        "--locked",
+        "--force",
+    ]))
+    .context("installing cargo-fuzz failed")
 }
 
 /// The real shared library, not the `libLLVM-22-…so` linker script beside it.

@@ -1,5 +1,5 @@
-//! `cargo xtask test`: format and lint checks, unit tests, then the privileged
-//! integration tests against the real kernel datapath in throwaway namespaces.
+//! `cargo xtask test`: format and lint checks, unit tests, a short fuzz run,
+//! then the privileged integration tests against the real kernel datapath in throwaway namespaces.
 use std::process::Command;
 
 use anyhow::Result;
@@ -28,6 +28,10 @@ pub fn run(filter: Option<&str>) -> Result<()> {
         ]),
         &mut totals,
     )?;
+
+    // Every fuzz target briefly, replaying the checked-in corpus and crash
+    // reproducers: a fixed crash that comes back fails here.
+    crate::fuzz::run(crate::fuzz::TEST_SECS)?;
 
     // Also clears what an earlier run left when it was killed before its own
     // cleanup ran.

@@ -30,6 +30,38 @@ mod logs;
 mod routes;
 mod tls;
 
+/// The CRI log reader for the fuzz targets (fuzz/), which cannot reach the
+/// private `logs` module; nothing else uses it.
+#[doc(hidden)]
+pub mod fuzzing {
+    use std::io::Cursor;
+
+    /// What one `/containerLogs` request returns, and what it asked for.
+    pub struct Logs {
+        /// As the route reads it: at most `max` bytes of the file.
+        pub read: Vec<u8>,
+        /// The whole file converted at once, with the same options.
+        pub whole: Vec<u8>,
+        pub tail_lines: Option<usize>,
+        pub limit_bytes: Option<usize>,
+    }
+
+    /// `/containerLogs?{query}` over a log file holding `file`; `None` when
+    /// the route would refuse the query.
+    pub fn container_logs(query: &str, file: &[u8], max: u64) -> Option<Logs> {
+        let opts = super::logs::LogOptions::from_query(Some(query)).ok()?;
+        let len = file.len() as u64;
+        let read = super::logs::read_log(&mut Cursor::new(file), len, &opts, max)
+            .expect("reading from memory cannot fail");
+        Some(Logs {
+            read,
+            whole: super::logs::to_plain(file, &opts),
+            tail_lines: opts.tail_lines,
+            limit_bytes: opts.limit_bytes,
+        })
+    }
+}
+
 /// A client that opens a connection and never finishes the TLS handshake or
 /// its request headers must not hold a task forever.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
