@@ -10,6 +10,7 @@ use crate::{
     maps::{LbMaps, MapError, MapName, MapOp},
     model::{DesiredFrontend, Frontend, Scope, ServiceId},
     planner::{self, Allocated, FrontendImage, Ids, Plan},
+    small_set::SmallSet,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -75,7 +76,7 @@ pub struct Reconciler<M> {
     ids: Ids,
     images: BTreeMap<Frontend, FrontendImage>,
     owners: HashMap<Frontend, ServiceId>,
-    by_service: HashMap<ServiceId, BTreeSet<Frontend>>,
+    by_service: HashMap<ServiceId, SmallSet<Frontend>>,
     /// Restored from the maps but not yet claimed by any Service.
     unclaimed: BTreeSet<Frontend>,
     used: BTreeMap<MapName, u64>,
@@ -88,10 +89,15 @@ impl<M: LbMaps> Reconciler<M> {
         let snapshot = maps.snapshot()?;
         let restored = planner::restore(&snapshot);
         let mut ids = restored.ids;
-        for op in &restored.orphans {
-            maps.apply(op)?;
+        let applied = maps.apply_all(&restored.orphans);
+        let done = applied
+            .as_ref()
+            .err()
+            .map_or(restored.orphans.len(), |(n, _)| *n);
+        for op in &restored.orphans[..done] {
             release_deleted(&mut ids, op);
         }
+        applied.map_err(|(_, e)| e)?;
         if !restored.orphans.is_empty() {
             debug!(
                 entries = restored.orphans.len(),
@@ -306,10 +312,7 @@ impl<M: LbMaps> Reconciler<M> {
 
     /// Applies `ops` in order; on failure, says how many were applied first.
     fn apply_ops(&mut self, ops: &[MapOp]) -> Result<(), (usize, MapError)> {
-        for (i, op) in ops.iter().enumerate() {
-            self.maps.apply(op).map_err(|e| (i, e))?;
-        }
-        Ok(())
+        self.maps.apply_all(ops)
     }
 
     /// Undoes `plans`, all applied except the last, which failed after

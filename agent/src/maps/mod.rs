@@ -1,6 +1,7 @@
 //! The BPF maps as the reconciler sees them: a list of operations to apply and a
 //! snapshot to restore from. [`pinned::PinnedMaps`] is the kernel; [`fake::FakeMaps`]
 //! is an in-memory stand-in with the same failure modes for tests.
+pub mod batch;
 pub mod dump;
 pub mod fake;
 pub mod pinned;
@@ -166,6 +167,14 @@ pub enum MapError {
 pub trait LbMaps {
     /// Applies one operation. Deleting an absent key succeeds.
     fn apply(&mut self, op: &MapOp) -> Result<(), MapError>;
+    /// Applies `ops` in order, as [`Self::apply`] one by one would (the
+    /// kernel maps batch runs of them). On failure: how many were applied.
+    fn apply_all(&mut self, ops: &[MapOp]) -> Result<(), (usize, MapError)> {
+        for (i, op) in ops.iter().enumerate() {
+            self.apply(op).map_err(|e| (i, e))?;
+        }
+        Ok(())
+    }
     fn snapshot(&self) -> Result<Snapshot, MapError>;
     fn capacity(&self) -> Capacity;
 }

@@ -1,25 +1,81 @@
 //! The kernel's maps, opened from their pins.
-use std::{io, path::Path};
+use std::{
+    io,
+    os::fd::{AsFd as _, OwnedFd},
+    path::Path,
+};
 
 use aya::maps::{HashMap, LpmTrie, Map, MapData, MapError as AyaMapError, lpm_trie::Key as LpmKey};
 use weir_abi::{Backend, RevNat, ServiceKey, ServiceValue, SrcRangeKey};
 
-use super::{Capacity, LbMaps, MapError, MapName, MapOp, Snapshot, SrcRange};
+use super::{Capacity, LbMaps, MapError, MapName, MapOp, Snapshot, SrcRange, batch::Batch};
 
 pub struct PinnedMaps {
     services: HashMap<MapData, ServiceKey, ServiceValue>,
     backends: HashMap<MapData, u32, Backend>,
     revnat: HashMap<MapData, u32, RevNat>,
     src_ranges: LpmTrie<MapData, SrcRangeKey, u8>,
+    batches: Batches,
+    /// The kernel takes batch commands (5.6 and later); cleared at the
+    /// first refusal, after which runs are written one element at a time.
+    batched: bool,
     capacity: Capacity,
+}
+
+struct Batches {
+    services: Batch<ServiceKey, ServiceValue>,
+    backends: Batch<u32, Backend>,
+    revnat: Batch<u32, RevNat>,
+}
+
+/// Runs shorter than this are written element by element: a batch needs its
+/// keys and values copied into arrays first.
+const MIN_BATCH: usize = 3;
+
+/// Consecutive operations of one kind form a run that one batch writes. The
+/// LPM trie has no batch commands, so its operations are never grouped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Run {
+    UpsertService,
+    DeleteService,
+    UpsertBackend,
+    DeleteBackend,
+    UpsertRevNat,
+    DeleteRevNat,
+    Single,
+}
+
+/// `ops` cut into runs of one kind, in order; each is one batch.
+fn runs(ops: &[MapOp]) -> Vec<(Run, std::ops::Range<usize>)> {
+    let mut out: Vec<(Run, std::ops::Range<usize>)> = Vec::new();
+    for (i, op) in ops.iter().enumerate() {
+        let run = run_of(op);
+        match out.last_mut() {
+            Some((last, range)) if *last == run && run != Run::Single => range.end = i + 1,
+            _ => out.push((run, i..i + 1)),
+        }
+    }
+    out
+}
+
+const fn run_of(op: &MapOp) -> Run {
+    match op {
+        MapOp::UpsertService(..) => Run::UpsertService,
+        MapOp::DeleteService(_) => Run::DeleteService,
+        MapOp::UpsertBackend(..) => Run::UpsertBackend,
+        MapOp::DeleteBackend(_) => Run::DeleteBackend,
+        MapOp::UpsertRevNat(..) => Run::UpsertRevNat,
+        MapOp::DeleteRevNat(_) => Run::DeleteRevNat,
+        MapOp::UpsertSrcRange(_) | MapOp::DeleteSrcRange(_) => Run::Single,
+    }
 }
 
 impl PinnedMaps {
     /// Opens the maps pinned in `dir` (see [`crate::datapath::pins`]).
     pub fn open(dir: &Path) -> Result<Self, MapError> {
-        let (services, s) = open(dir, MapName::Services)?;
-        let (backends, b) = open(dir, MapName::Backends)?;
-        let (revnat, r) = open(dir, MapName::RevNat)?;
+        let (services, s, services_fd) = open(dir, MapName::Services)?;
+        let (backends, b, backends_fd) = open(dir, MapName::Backends)?;
+        let (revnat, r, revnat_fd) = open(dir, MapName::RevNat)?;
         let (src_data, sr) = open_data(dir, MapName::SrcRanges)?;
         let src_ranges = LpmTrie::try_from(Map::LpmTrie(src_data)).map_err(|e| MapError::Read {
             map: MapName::SrcRanges,
@@ -30,6 +86,12 @@ impl PinnedMaps {
             backends,
             revnat,
             src_ranges,
+            batches: Batches {
+                services: Batch::new(services_fd),
+                backends: Batch::new(backends_fd),
+                revnat: Batch::new(revnat_fd),
+            },
+            batched: true,
             capacity: Capacity {
                 services: s,
                 backends: b,
@@ -40,17 +102,24 @@ impl PinnedMaps {
     }
 }
 
-fn open<K: aya::Pod, V: aya::Pod>(
-    dir: &Path,
-    name: MapName,
-) -> Result<(HashMap<MapData, K, V>, u32), MapError> {
+type Opened<K, V> = (HashMap<MapData, K, V>, u32, OwnedFd);
+
+/// The typed map, its capacity, and a second fd for the batch commands
+/// (aya's typed maps do not lend theirs). `HashMap::try_from` checks the
+/// key and value sizes, which the batches rely on.
+fn open<K: aya::Pod, V: aya::Pod>(dir: &Path, name: MapName) -> Result<Opened<K, V>, MapError> {
     let read = |source: AyaMapError| MapError::Read {
         map: name,
         source: to_io(source),
     };
     let (data, capacity) = open_data(dir, name)?;
+    let fd = data
+        .fd()
+        .as_fd()
+        .try_clone_to_owned()
+        .map_err(|source| MapError::Read { map: name, source })?;
     let map = Map::from_map_data(data).map_err(read)?;
-    Ok((HashMap::try_from(map).map_err(read)?, capacity))
+    Ok((HashMap::try_from(map).map_err(read)?, capacity, fd))
 }
 
 fn open_data(dir: &Path, name: MapName) -> Result<(MapData, u32), MapError> {
@@ -75,27 +144,29 @@ impl LbMaps for PinnedMaps {
             MapOp::UpsertSrcRange(r) => self.src_ranges.insert(&lpm_key(r), 1u8, 0),
             MapOp::DeleteSrcRange(r) => absent_ok(self.src_ranges.remove(&lpm_key(r))),
         };
-        res.map_err(|e| {
-            let map = op.map();
-            let source = to_io(e);
-            // A full hash map refuses new keys with E2BIG, a full LPM trie
-            // with ENOSPC.
-            if matches!(source.raw_os_error(), Some(libc::E2BIG | libc::ENOSPC)) {
-                MapError::Full {
-                    map,
-                    capacity: self.capacity.of(map),
+        res.map_err(|e| self.write_error(op.map(), to_io(e)))
+    }
+
+    fn apply_all(&mut self, ops: &[MapOp]) -> Result<(), (usize, MapError)> {
+        for (run, range) in runs(ops) {
+            if run == Run::Single || range.len() < MIN_BATCH || !self.batched {
+                for (j, op) in ops.iter().enumerate().take(range.end).skip(range.start) {
+                    self.apply(op).map_err(|e| (j, e))?;
                 }
             } else {
-                MapError::Write { map, source }
+                let start = range.start;
+                self.apply_run(run, &ops[range])
+                    .map_err(|(n, e)| (start + n, e))?;
             }
-        })
+        }
+        Ok(())
     }
 
     fn snapshot(&self) -> Result<Snapshot, MapError> {
         Ok(Snapshot {
-            services: collect(&self.services, MapName::Services)?,
-            backends: collect(&self.backends, MapName::Backends)?,
-            revnat: collect(&self.revnat, MapName::RevNat)?,
+            services: self.collect(&self.batches.services, &self.services, MapName::Services)?,
+            backends: self.collect(&self.batches.backends, &self.backends, MapName::Backends)?,
+            revnat: self.collect(&self.batches.revnat, &self.revnat, MapName::RevNat)?,
             src_ranges: self
                 .src_ranges
                 .iter()
@@ -116,6 +187,97 @@ impl LbMaps for PinnedMaps {
     fn capacity(&self) -> Capacity {
         self.capacity
     }
+}
+
+impl PinnedMaps {
+    fn write_error(&self, map: MapName, source: io::Error) -> MapError {
+        // A full hash map refuses new keys with E2BIG, a full LPM trie
+        // with ENOSPC.
+        if matches!(source.raw_os_error(), Some(libc::E2BIG | libc::ENOSPC)) {
+            MapError::Full {
+                map,
+                capacity: self.capacity.of(map),
+            }
+        } else {
+            MapError::Write { map, source }
+        }
+    }
+
+    /// Writes one run of operations of the same kind with one batch.
+    fn apply_run(&mut self, run: Run, ops: &[MapOp]) -> Result<(), (usize, MapError)> {
+        let b = &self.batches;
+        let r = match run {
+            Run::UpsertService => upsert(&b.services, ops, |op| match *op {
+                MapOp::UpsertService(k, v) => (k, v),
+                _ => unreachable!("a run holds one kind"),
+            }),
+            Run::UpsertBackend => upsert(&b.backends, ops, |op| match *op {
+                MapOp::UpsertBackend(k, v) => (k, v),
+                _ => unreachable!("a run holds one kind"),
+            }),
+            Run::UpsertRevNat => upsert(&b.revnat, ops, |op| match *op {
+                MapOp::UpsertRevNat(k, v) => (k, v),
+                _ => unreachable!("a run holds one kind"),
+            }),
+            Run::DeleteService => b.services.delete(&keys(ops, |op| match *op {
+                MapOp::DeleteService(k) => k,
+                _ => unreachable!("a run holds one kind"),
+            })),
+            Run::DeleteBackend => b.backends.delete(&keys(ops, |op| match *op {
+                MapOp::DeleteBackend(k) => k,
+                _ => unreachable!("a run holds one kind"),
+            })),
+            Run::DeleteRevNat => b.revnat.delete(&keys(ops, |op| match *op {
+                MapOp::DeleteRevNat(k) => k,
+                _ => unreachable!("a run holds one kind"),
+            })),
+            Run::Single => unreachable!("single operations are not batched"),
+        };
+        match r {
+            Ok(()) => Ok(()),
+            // Before 5.6 the kernel knows no batch command: write this run
+            // and every later one element by element.
+            Err((0, e)) if e.raw_os_error() == Some(libc::EINVAL) => {
+                tracing::warn!(
+                    "the kernel refuses BPF map batch writes ({e}); writing one entry at a time"
+                );
+                self.batched = false;
+                self.apply_all(ops)
+            }
+            Err((n, e)) => Err((n, self.write_error(ops[n].map(), e))),
+        }
+    }
+
+    /// Every entry of a hash map: with batch lookups when the kernel has
+    /// them, else key by key.
+    fn collect<K: aya::Pod + Ord, V: aya::Pod>(
+        &self,
+        batch: &Batch<K, V>,
+        m: &HashMap<MapData, K, V>,
+        name: MapName,
+    ) -> Result<std::collections::BTreeMap<K, V>, MapError> {
+        if self.batched {
+            match batch.lookup_all() {
+                Ok(all) => return Ok(all.into_iter().collect()),
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
+                Err(source) => return Err(MapError::Read { map: name, source }),
+            }
+        }
+        collect(m, name)
+    }
+}
+
+fn upsert<K: aya::Pod, V: aya::Pod>(
+    batch: &Batch<K, V>,
+    ops: &[MapOp],
+    kv: impl Fn(&MapOp) -> (K, V),
+) -> Result<(), (usize, io::Error)> {
+    let (k, v): (Vec<K>, Vec<V>) = ops.iter().map(kv).unzip();
+    batch.update(&k, &v)
+}
+
+fn keys<K>(ops: &[MapOp], key: impl Fn(&MapOp) -> K) -> Vec<K> {
+    ops.iter().map(key).collect()
 }
 
 fn collect<K: aya::Pod + Ord, V: aya::Pod>(
@@ -151,5 +313,60 @@ fn to_io(e: AyaMapError) -> io::Error {
         AyaMapError::SyscallError(s) => s.io_error,
         AyaMapError::IoError(e) => e,
         other => io::Error::other(other),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use weir_abi::{Backend, RevNat, ServiceKey, ServiceValue};
+
+    use super::*;
+
+    #[test]
+    fn a_plan_is_cut_into_runs_that_keep_its_order() {
+        let svc = |slot| {
+            MapOp::UpsertService(
+                ServiceKey {
+                    slot,
+                    ..ServiceKey::default()
+                },
+                ServiceValue::default(),
+            )
+        };
+        let src = SrcRange {
+            prefix_len: 32,
+            key: SrcRangeKey::default(),
+        };
+        // A plan's shape: backends, rev-NAT, ranges, slots, master, prunes.
+        let ops = [
+            MapOp::UpsertBackend(1, Backend::default()),
+            MapOp::UpsertBackend(2, Backend::default()),
+            MapOp::UpsertRevNat(7, RevNat::default()),
+            MapOp::UpsertSrcRange(src),
+            MapOp::UpsertSrcRange(src),
+            svc(1),
+            svc(2),
+            svc(0),
+            MapOp::DeleteService(ServiceKey {
+                slot: 3,
+                ..ServiceKey::default()
+            }),
+            MapOp::DeleteBackend(3),
+            MapOp::DeleteBackend(4),
+        ];
+        let got: Vec<(Run, std::ops::Range<usize>)> = runs(&ops);
+        assert_eq!(
+            got,
+            [
+                (Run::UpsertBackend, 0..2),
+                (Run::UpsertRevNat, 2..3),
+                (Run::Single, 3..4),
+                (Run::Single, 4..5),
+                (Run::UpsertService, 5..8),
+                (Run::DeleteService, 8..9),
+                (Run::DeleteBackend, 9..11),
+            ]
+        );
+        assert!(runs(&[]).is_empty());
     }
 }
