@@ -1,6 +1,7 @@
 //! `weir-agent inspect`: what the kernel is doing, read from the pinned maps and
 //! not from any agent's memory, so it works while the agent is down.
 use std::{
+    collections::HashMap,
     net::{IpAddr, Ipv4Addr},
     path::Path,
 };
@@ -82,7 +83,7 @@ pub fn read_stats(maps_dir: &Path) -> Result<Vec<stats::StatView>, InspectError>
     }))
 }
 
-#[derive(Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct BackendView {
     pub ip: IpAddr,
     pub port: u16,
@@ -102,6 +103,21 @@ const fn state_name(state: u8) -> &'static str {
 /// Every frontend with its backends in slot order, then its draining ones. Slots whose backend is
 /// missing show up as `missing`, which only a bug or a race can produce.
 pub fn services(s: &Snapshot) -> Vec<ServiceView> {
+    // Draining backends (terminating, no longer serving) are in no slot:
+    // they only keep their tracked flows, and their rev-NAT id says whose
+    // they are. Indexed once: a scan per frontend is quadratic at scale.
+    let mut draining: HashMap<u32, Vec<BackendView>> = HashMap::new();
+    for b in s
+        .backends
+        .values()
+        .filter(|b| b.state == BACKEND_STATE_DRAINING)
+    {
+        draining.entry(b.rev_nat_id).or_default().push(BackendView {
+            ip: IpAddr::from(b.addr),
+            port: u16::from_be(b.port),
+            state: state_name(b.state),
+        });
+    }
     let mut out = Vec::new();
     for (k, master) in s.services.iter().filter(|(k, _)| k.slot == 0) {
         let mut backends = Vec::new();
@@ -128,18 +144,11 @@ pub fn services(s: &Snapshot) -> Vec<ServiceView> {
                 },
             });
         }
-        // Draining backends (terminating, no longer serving) are in no slot:
-        // they only keep their tracked flows. Listed after the slots.
-        let mut draining: Vec<BackendView> = s
-            .backends
-            .values()
-            .filter(|b| b.state == BACKEND_STATE_DRAINING && b.rev_nat_id == master.rev_nat_id)
-            .map(|b| BackendView {
-                ip: IpAddr::from(b.addr),
-                port: u16::from_be(b.port),
-                state: state_name(b.state),
-            })
-            .collect();
+        // Listed after the slots.
+        let mut draining = draining
+            .get(&master.rev_nat_id)
+            .cloned()
+            .unwrap_or_default();
         draining.sort_by_key(|b| (b.ip, b.port));
         backends.extend(draining);
         out.push(ServiceView {
