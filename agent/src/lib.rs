@@ -22,6 +22,7 @@ pub mod node_addrs;
 pub mod planner;
 pub mod reconciler;
 pub mod report;
+pub mod small_set;
 pub mod sockdestroy;
 pub mod source;
 pub mod store;

@@ -482,11 +482,16 @@ pub struct SlicePortSpec {
     pub proto: Protocol,
 }
 
+/// An endpoint's addresses: almost always one (the API calls them fungible
+/// and consumers may use only the first), so held inline, without an
+/// allocation per endpoint (a million of them at 100k Services).
+pub type Addrs = smallvec::SmallVec<[IpAddr; 1]>;
+
 /// One endpoint with its conditions resolved as the API defines their defaults.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EndpointSpec {
     /// All of the slice's family.
-    pub addrs: Vec<IpAddr>,
+    pub addrs: Addrs,
     pub ready: bool,
     pub serving: bool,
     pub terminating: bool,

@@ -13,6 +13,7 @@ use std::{
     collections::{BTreeSet, HashMap},
     net::IpAddr,
     ops::RangeInclusive,
+    sync::Arc,
 };
 
 pub use frontends::{DesiredService, HealthCheck};
@@ -20,19 +21,31 @@ pub use frontends::{DesiredService, HealthCheck};
 use crate::model::{
     DesiredFrontend, Frontend, NodeInfo, Protocol, ServiceId, ServiceSpec, SliceId, SliceSpec,
 };
+use crate::small_set::SmallSet;
 
-/// A change from a source.
+/// A change from a source. Objects come in an `Arc` that the store keeps, so
+/// a source that holds them too (the manifest directory) shares one copy.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Change {
-    UpsertService(ServiceSpec),
+    UpsertService(Arc<ServiceSpec>),
     DeleteService(ServiceId),
-    UpsertSlice(SliceSpec),
+    UpsertSlice(Arc<SliceSpec>),
     DeleteSlice(SliceId),
     /// This node's name and labels changed (its zone decides which topology
     /// hints apply). The addresses are not the source's to say and are kept.
     Node(NodeInfo),
     /// This node's addresses changed (NodePort frontends live on them).
     NodeAddresses(Vec<IpAddr>),
+}
+
+impl Change {
+    pub fn service(spec: ServiceSpec) -> Self {
+        Self::UpsertService(Arc::new(spec))
+    }
+
+    pub fn slice(spec: SliceSpec) -> Self {
+        Self::UpsertSlice(Arc::new(spec))
+    }
 }
 
 /// Agent settings the store validates against.
@@ -166,12 +179,12 @@ impl Claim {
 pub struct Store {
     node: NodeInfo,
     options: StoreOptions,
-    services: HashMap<ServiceId, ServiceSpec>,
-    slices: HashMap<SliceId, SliceSpec>,
-    slices_by_service: HashMap<ServiceId, BTreeSet<SliceId>>,
+    services: HashMap<ServiceId, Arc<ServiceSpec>>,
+    slices: HashMap<SliceId, Arc<SliceSpec>>,
+    slices_by_service: HashMap<ServiceId, SmallSet<SliceId>>,
     /// Every claim on each node port (port, protocol), by the Services that
     /// pass their own checks (see [`Store::node_port_keys`]).
-    node_ports: HashMap<(u16, Protocol), BTreeSet<Claim>>,
+    node_ports: HashMap<(u16, Protocol), SmallSet<Claim>>,
     /// Every Service's claims on its frontends, valid or not.
     claims: frontend_claims::FrontendClaims,
 }
@@ -205,7 +218,7 @@ impl Store {
                     self.claim(&spec, &mut touched);
                     self.claims.add(&spec, &self.node);
                     self.services.insert(spec.id.clone(), spec);
-                    self.mark_frontend_contenders(old.as_ref(), touched, dirty);
+                    self.mark_frontend_contenders(old.as_deref(), touched, dirty);
                 }
             }
             Change::DeleteService(id) => {
@@ -237,7 +250,7 @@ impl Store {
             Change::DeleteSlice(id) => {
                 if let Some(old) = self.slices.remove(&id) {
                     self.unindex(&old.service, &id);
-                    dirty.insert(old.service);
+                    dirty.insert(old.service.clone());
                 }
             }
             Change::Node(node) => {
@@ -254,7 +267,8 @@ impl Store {
                     // vs node addresses) may have changed, and with it the
                     // claims it makes. Rare: rebuild them all.
                     self.reclaim_all();
-                    self.claims.rebuild(self.services.values(), &self.node);
+                    self.claims
+                        .rebuild(self.services.values().map(|s| &**s), &self.node);
                     dirty.extend(self.services.keys().cloned());
                 }
             }
@@ -271,7 +285,9 @@ impl Store {
         dirty: &mut BTreeSet<ServiceId>,
     ) {
         let mut out = BTreeSet::new();
-        let now = touched.iter().filter_map(|id| self.services.get(id));
+        let now = touched
+            .iter()
+            .filter_map(|id| self.services.get(id).map(|s| &**s));
         self.frontend_contenders(old.into_iter().chain(now), &mut out);
         dirty.extend(touched);
         dirty.extend(out);
@@ -451,7 +467,7 @@ impl Store {
             .get(id)
             .into_iter()
             .flatten()
-            .filter_map(|s| self.slices.get(s))
+            .filter_map(|s| self.slices.get(s).map(|s| &**s))
             .collect();
         let mut desired = frontends::desired(svc, &slices, &self.node);
         let (kept, refused) = self.settle_frontends(svc, desired.frontends);

@@ -58,8 +58,8 @@ fn rejected_service_is_reported_once_and_others_are_programmed() {
     let mut dirty = BTreeSet::new();
     ctl.handle(
         SourceMsg::Changes(vec![
-            Change::UpsertService(node_port_svc("bad", [10, 96, 0, 1], 80)),
-            Change::UpsertService(node_port_svc("good", [10, 96, 0, 2], 30_080)),
+            Change::service(node_port_svc("bad", [10, 96, 0, 1], 80)),
+            Change::service(node_port_svc("good", [10, 96, 0, 2], 30_080)),
         ]),
         &mut dirty,
     );
@@ -84,7 +84,7 @@ fn rejected_service_is_reported_once_and_others_are_programmed() {
     // Fixed: programmed, and the failure is cleared.
     let mut dirty = BTreeSet::new();
     ctl.handle(
-        SourceMsg::Changes(vec![Change::UpsertService(node_port_svc(
+        SourceMsg::Changes(vec![Change::service(node_port_svc(
             "bad",
             [10, 96, 0, 1],
             30_081,
@@ -112,17 +112,11 @@ fn node_port_handed_to_the_older_service_in_one_batch_needs_no_retry() {
     // "a" conflicts on its first try.
     let mut z = node_port_svc("z", [10, 96, 0, 2], 30_080);
     z.created = Some(200);
-    ctl.handle(
-        SourceMsg::Changes(vec![Change::UpsertService(z)]),
-        &mut dirty,
-    );
+    ctl.handle(SourceMsg::Changes(vec![Change::service(z)]), &mut dirty);
     ctl.sync(std::mem::take(&mut dirty));
     let mut a = node_port_svc("a", [10, 96, 0, 1], 30_080);
     a.created = Some(100);
-    ctl.handle(
-        SourceMsg::Changes(vec![Change::UpsertService(a)]),
-        &mut dirty,
-    );
+    ctl.handle(SourceMsg::Changes(vec![Change::service(a)]), &mut dirty);
     assert_eq!(dirty.len(), 2);
     ctl.sync(dirty);
     assert!(ctl.failed.is_empty(), "{:?}", ctl.failed);
@@ -251,7 +245,7 @@ fn strict(services: u32, maps: impl FnOnce(&mut FakeMaps)) -> Controller<FakeMap
 fn apply(ctl: &mut Controller<FakeMaps>, svcs: Vec<ServiceSpec>) {
     let mut dirty = BTreeSet::new();
     ctl.handle(
-        SourceMsg::Changes(svcs.into_iter().map(Change::UpsertService).collect()),
+        SourceMsg::Changes(svcs.into_iter().map(Change::service).collect()),
         &mut dirty,
     );
     ctl.sync(dirty);
@@ -301,10 +295,7 @@ fn a_refused_external_ip_is_reported_once_and_withdrawn_when_it_goes() {
     evil.external_ips = vec![IpAddr::from([10, 96, 0, 10])];
     let mut dirty = BTreeSet::new();
     ctl.handle(
-        SourceMsg::Changes(vec![
-            Change::UpsertService(victim),
-            Change::UpsertService(evil.clone()),
-        ]),
+        SourceMsg::Changes(vec![Change::service(victim), Change::service(evil.clone())]),
         &mut dirty,
     );
     ctl.sync(dirty.clone());
@@ -328,10 +319,7 @@ fn a_refused_external_ip_is_reported_once_and_withdrawn_when_it_goes() {
 
     evil.external_ips.clear();
     let mut dirty = BTreeSet::new();
-    ctl.handle(
-        SourceMsg::Changes(vec![Change::UpsertService(evil)]),
-        &mut dirty,
-    );
+    ctl.handle(SourceMsg::Changes(vec![Change::service(evil)]), &mut dirty);
     ctl.sync(dirty);
     assert_eq!(
         rx.try_recv(),

@@ -238,7 +238,8 @@ fn parse_ports(
     kind: ServiceType,
     errors: &mut Vec<FieldError>,
 ) -> Vec<ServicePortSpec> {
-    let mut ports: Vec<ServicePortSpec> = Vec::new();
+    let mut ports: Vec<ServicePortSpec> =
+        Vec::with_capacity(spec.ports.as_ref().map_or(0, Vec::len));
     for (i, p) in spec.ports.iter().flatten().enumerate() {
         let number = port(|| format!("spec.ports[{i}].port"), i64::from(p.port));
         let proto = protocol(

@@ -3,7 +3,7 @@ use std::net::IpAddr;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use super::{Converted, FieldError, LABEL_SERVICE_NAME, ObjectError, Problem, port, protocol};
-use crate::model::{EndpointSpec, IpFamily, ServiceId, SliceId, SlicePortSpec, SliceSpec};
+use crate::model::{Addrs, EndpointSpec, IpFamily, ServiceId, SliceId, SlicePortSpec, SliceSpec};
 
 /// What became of an EndpointSlice.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -82,9 +82,9 @@ pub fn slice(eps: &EndpointSlice) -> Result<SliceOutcome, ObjectError> {
         }
     }
 
-    let mut endpoints = Vec::new();
+    let mut endpoints = Vec::with_capacity(eps.endpoints.len());
     for (i, ep) in eps.endpoints.iter().enumerate() {
-        let mut addrs = Vec::new();
+        let mut addrs = Addrs::new();
         for (j, a) in ep.addresses.iter().enumerate() {
             let field = || format!("endpoints[{i}].addresses[{j}]");
             // One bad address costs that address, not the slice.

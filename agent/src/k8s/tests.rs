@@ -270,7 +270,7 @@ fn bad_addresses_are_warnings_that_cost_only_themselves() {
         {"addresses": ["10.0.0.3"]},
     ]);
     let c = ipv4(v);
-    let addrs: Vec<Vec<IpAddr>> = c.value.endpoints.iter().map(|e| e.addrs.clone()).collect();
+    let addrs: Vec<Vec<IpAddr>> = c.value.endpoints.iter().map(|e| e.addrs.to_vec()).collect();
     assert_eq!(
         addrs,
         [
@@ -304,7 +304,7 @@ fn ipv6_slices_convert_and_drop_addresses_of_the_other_family() {
         .iter()
         .map(|a| a.parse().unwrap())
         .collect();
-    assert_eq!(c.value.endpoints[0].addrs, want);
+    assert_eq!(c.value.endpoints[0].addrs.to_vec(), want);
     assert_eq!(fields_of(&c.warnings), ["endpoints[0].addresses[1]"]);
     assert!(matches!(
         c.warnings[0].problem,
@@ -384,7 +384,7 @@ fn endpoint_conditions_follow_the_api_defaults() {
         }
         let c = ipv4(v);
         let want = EndpointSpec {
-            addrs: vec![IpAddr::from([10, 0, 0, 1])],
+            addrs: [IpAddr::from([10, 0, 0, 1])].into_iter().collect(),
             ready,
             serving,
             terminating,

@@ -284,7 +284,7 @@ impl State {
                             service: id.clone(),
                             stage: Stage::Validation,
                         });
-                        Outcome::Upsert(Change::UpsertService(c.value))
+                        Outcome::Upsert(Change::service(c.value))
                     }
                     Err(e) => {
                         self.invalid("Service", &id, Reason::InvalidService, e.to_string());
@@ -319,7 +319,7 @@ impl State {
                         if let Some(t) = trigger_time(&eps).filter(|t| *t > self.started) {
                             triggers.push((c.value.service.clone(), t));
                         }
-                        Outcome::Upsert(Change::UpsertSlice(c.value))
+                        Outcome::Upsert(Change::slice(c.value))
                     }
                     Ok(SliceOutcome::Ignored { reason }) => {
                         debug!(slice = %id, "{reason}");

@@ -44,7 +44,7 @@ fn store_of(services: &[ServiceSpec]) -> (Store, BTreeSet<ServiceId>) {
     let mut store = Store::new(node());
     let mut dirty = BTreeSet::new();
     for s in services {
-        store.apply(Change::UpsertService(s.clone()), &mut dirty);
+        store.apply(Change::service(s.clone()), &mut dirty);
     }
     (store, dirty)
 }
@@ -129,7 +129,7 @@ fn a_cluster_ip_appearing_or_going_marks_the_external_ip_services_on_it() {
     );
     let mut dirty = BTreeSet::new();
     store.apply(
-        Change::UpsertService(svc("victim", "10.96.0.10", 2_000)),
+        Change::service(svc("victim", "10.96.0.10", 2_000)),
         &mut dirty,
     );
     assert!(
@@ -213,7 +213,7 @@ fn a_service_rejected_for_a_node_port_stops_holding_its_address_frontends() {
     oldest.kind = ServiceType::NodePort;
     oldest.ports[0].node_port = Some(30_080);
     let mut dirty = BTreeSet::new();
-    store.apply(Change::UpsertService(oldest), &mut dirty);
+    store.apply(Change::service(oldest), &mut dirty);
     assert!(dirty.contains(&ServiceId::new("default", "c")), "{dirty:?}");
     assert_eq!(
         served(&store, "c"),

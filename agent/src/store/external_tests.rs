@@ -77,7 +77,7 @@ fn slice(name: &str, family: IpFamily, eps: &[(&str, &str, bool)]) -> SliceSpec 
         endpoints: eps
             .iter()
             .map(|&(a, node, ready)| EndpointSpec {
-                addrs: vec![ip(a)],
+                addrs: [ip(a)].into_iter().collect(),
                 ready,
                 serving: true,
                 terminating: !ready,
@@ -104,7 +104,7 @@ fn node_port_backends(d: &DesiredService, scope: Scope) -> Vec<(IpAddr, BackendS
 fn web_store(svc: ServiceSpec) -> Store {
     let mut store = Store::new(node());
     let mut dirty = BTreeSet::new();
-    store.apply(Change::UpsertService(svc), &mut dirty);
+    store.apply(Change::service(svc), &mut dirty);
     for s in [
         slice(
             "web-v4",
@@ -117,7 +117,7 @@ fn web_store(svc: ServiceSpec) -> Store {
             &[("fd00:1::1", "node-1", true), ("fd00:1::2", "node-2", true)],
         ),
     ] {
-        store.apply(Change::UpsertSlice(s), &mut dirty);
+        store.apply(Change::slice(s), &mut dirty);
     }
     store
 }
@@ -249,7 +249,7 @@ fn local_external_frontends_fall_back_to_local_terminating_endpoints_only() {
     let mut store = web_store(svc);
     let mut dirty = BTreeSet::new();
     store.apply(
-        Change::UpsertSlice(slice(
+        Change::slice(slice(
             "web-v4",
             IpFamily::V4,
             &[("10.0.0.1", "node-1", false), ("10.0.0.2", "node-2", true)],
@@ -322,11 +322,11 @@ fn node_port_outside_the_range_rejects_only_that_service() {
     );
     let mut dirty = BTreeSet::new();
     store.apply(
-        Change::UpsertService(node_port_svc("bad", 30_080, None)),
+        Change::service(node_port_svc("bad", 30_080, None)),
         &mut dirty,
     );
     store.apply(
-        Change::UpsertService(node_port_svc("good", 31_080, None)),
+        Change::service(node_port_svc("good", 31_080, None)),
         &mut dirty,
     );
     assert_eq!(
@@ -358,7 +358,7 @@ fn node_port_conflict_goes_to_the_older_service_whatever_the_order() {
         let mut store = Store::new(node());
         let mut dirty = BTreeSet::new();
         for s in order {
-            store.apply(Change::UpsertService(s.clone()), &mut dirty);
+            store.apply(Change::service(s.clone()), &mut dirty);
         }
         assert_eq!(
             store.frontends(&old.id).len(),
@@ -395,20 +395,20 @@ fn node_port_conflict_without_timestamps_goes_by_name() {
     let mut dirty = BTreeSet::new();
     let b = node_port_svc("b", 30_080, None);
     let a = node_port_svc("a", 30_080, None);
-    store.apply(Change::UpsertService(b.clone()), &mut dirty);
-    store.apply(Change::UpsertService(a.clone()), &mut dirty);
+    store.apply(Change::service(b.clone()), &mut dirty);
+    store.apply(Change::service(a.clone()), &mut dirty);
     assert!(store.desired(&a.id).is_ok());
     assert!(store.desired(&b.id).is_err());
     // A different protocol is a different node port.
     let mut udp = node_port_svc("c", 30_080, None);
     udp.ports[0].proto = Protocol::Udp;
-    store.apply(Change::UpsertService(udp.clone()), &mut dirty);
+    store.apply(Change::service(udp.clone()), &mut dirty);
     assert!(store.desired(&udp.id).is_ok());
     // Moving off the port releases it for b at once.
     let mut dirty = BTreeSet::new();
     let mut moved = a.clone();
     moved.ports[0].node_port = Some(30_081);
-    store.apply(Change::UpsertService(moved), &mut dirty);
+    store.apply(Change::service(moved), &mut dirty);
     assert!(dirty.contains(&b.id));
     assert!(store.desired(&b.id).is_ok());
 }
@@ -420,7 +420,7 @@ fn external_ip_on_a_node_address_names_the_index() {
     let mut bad = lb("bad", 30081);
     bad.cluster_ips = vec![ip("10.96.0.11")];
     bad.external_ips = vec![ip("192.0.2.8"), ip(NODE_V4)];
-    store.apply(Change::UpsertService(bad), &mut dirty);
+    store.apply(Change::service(bad), &mut dirty);
     assert_eq!(
         rejection(&store, "bad"),
         [StoreError::ExternalIpIsNodeAddress {
@@ -466,8 +466,8 @@ fn a_service_rejected_for_its_own_reasons_holds_no_node_port() {
     let mut old = node_port_svc("old", 30_080, Some(100));
     old.external_ips = vec![ip(NODE_V4)];
     let young = node_port_svc("young", 30_080, Some(200));
-    store.apply(Change::UpsertService(old.clone()), &mut dirty);
-    store.apply(Change::UpsertService(young.clone()), &mut dirty);
+    store.apply(Change::service(old.clone()), &mut dirty);
+    store.apply(Change::service(young.clone()), &mut dirty);
     assert!(matches!(
         rejection(&store, "old")[..],
         [StoreError::ExternalIpIsNodeAddress { index: 0, .. }]
@@ -483,7 +483,7 @@ fn a_service_rejected_for_its_own_reasons_holds_no_node_port() {
         node_port: Some(80),
     });
     let mut dirty = BTreeSet::new();
-    store.apply(Change::UpsertService(old2), &mut dirty);
+    store.apply(Change::service(old2), &mut dirty);
     // Refused before and after: no claim changed, the younger one is not
     // even resynced.
     assert!(!dirty.contains(&young.id));
@@ -492,7 +492,7 @@ fn a_service_rejected_for_its_own_reasons_holds_no_node_port() {
     // Fixed: the older Service takes the port back and says so.
     let mut dirty = BTreeSet::new();
     store.apply(
-        Change::UpsertService(node_port_svc("old", 30_080, Some(100))),
+        Change::service(node_port_svc("old", 30_080, Some(100))),
         &mut dirty,
     );
     assert!(dirty.contains(&young.id), "{dirty:?}");
@@ -501,8 +501,8 @@ fn a_service_rejected_for_its_own_reasons_holds_no_node_port() {
 
     // The node address moving away makes the first version valid again.
     let mut dirty = BTreeSet::new();
-    store.apply(Change::UpsertService(young.clone()), &mut dirty);
-    store.apply(Change::UpsertService(old.clone()), &mut dirty);
+    store.apply(Change::service(young.clone()), &mut dirty);
+    store.apply(Change::service(old.clone()), &mut dirty);
     assert!(store.desired(&young.id).is_ok());
     store.apply(Change::NodeAddresses(vec![ip("192.168.0.99")]), &mut dirty);
     assert!(store.desired(&old.id).is_ok());
@@ -525,7 +525,7 @@ fn a_service_that_loses_one_node_port_holds_none_of_the_others() {
     let mut store = Store::new(node());
     let mut dirty = BTreeSet::new();
     for s in [&c, &b, &a] {
-        store.apply(Change::UpsertService(s.clone()), &mut dirty);
+        store.apply(Change::service(s.clone()), &mut dirty);
     }
     assert!(store.desired(&a.id).is_ok());
     assert_eq!(
@@ -591,7 +591,7 @@ fn a_long_chain_of_contenders_settles_oldest_first() {
         s
     };
     for i in (0..n).rev() {
-        store.apply(Change::UpsertService(svc(i)), &mut dirty);
+        store.apply(Change::service(svc(i)), &mut dirty);
     }
     for i in [0, 1, 2, n - 2, n - 1] {
         assert_eq!(store.desired(&svc(i).id).is_ok(), i % 2 == 0, "s{i}");
@@ -626,7 +626,7 @@ fn draining_endpoints_stay_with_the_scopes_they_served_and_never_count_as_local(
     for ep in &mut s.endpoints[..2] {
         ep.serving = false;
     }
-    store.apply(Change::UpsertSlice(s), &mut dirty);
+    store.apply(Change::slice(s), &mut dirty);
     let d = store.desired(&ServiceId::new("default", "web")).unwrap();
     let np = |scope| node_port_backends(&d, scope);
     // From outside only the local endpoint ever served: it drains there.

@@ -29,17 +29,18 @@ use super::{Claim, Store, StoreError, frontends};
 use crate::model::{
     DesiredFrontend, Frontend, FrontendKind, NodeInfo, Scope, ServiceId, ServiceSpec, ServiceType,
 };
+use crate::small_set::SmallSet;
 
 /// Every Service's claims, indexed the ways the rules look them up.
 #[derive(Debug, Default)]
 pub(super) struct FrontendClaims {
     /// Claims on each frontend ([`Scope::All`]: both scopes of an
     /// `externalTrafficPolicy: Local` frontend are one claim), oldest first.
-    by_frontend: HashMap<Frontend, BTreeSet<Claim>>,
+    by_frontend: HashMap<Frontend, SmallSet<Claim>>,
     /// The Services whose cluster IP or load-balancer IP each address is.
-    vips: HashMap<IpAddr, BTreeSet<ServiceId>>,
+    vips: HashMap<IpAddr, SmallSet<ServiceId>>,
     /// The Services that list each address in `spec.externalIPs`.
-    external_ips: HashMap<IpAddr, BTreeSet<ServiceId>>,
+    external_ips: HashMap<IpAddr, SmallSet<ServiceId>>,
 }
 
 /// The frontends `svc` produces on `node` (one per address, port and
@@ -64,11 +65,11 @@ fn vips(svc: &ServiceSpec) -> impl Iterator<Item = IpAddr> + '_ {
     svc.cluster_ips.iter().chain(lb).copied()
 }
 
-fn insert<K: std::hash::Hash + Eq, V: Ord>(m: &mut HashMap<K, BTreeSet<V>>, k: K, v: V) {
+fn insert<K: std::hash::Hash + Eq, V: Ord>(m: &mut HashMap<K, SmallSet<V>>, k: K, v: V) {
     m.entry(k).or_default().insert(v);
 }
 
-fn remove<K: std::hash::Hash + Eq, V: Ord>(m: &mut HashMap<K, BTreeSet<V>>, k: K, v: &V) {
+fn remove<K: std::hash::Hash + Eq, V: Ord>(m: &mut HashMap<K, SmallSet<V>>, k: K, v: &V) {
     if let Some(set) = m.get_mut(&k) {
         set.remove(v);
         if set.is_empty() {

@@ -42,7 +42,7 @@ fn slice(name: &str, service: &str, eps: &[(u8, bool, bool, bool)]) -> SliceSpec
         endpoints: eps
             .iter()
             .map(|&(last, ready, serving, terminating)| EndpointSpec {
-                addrs: vec![IpAddr::from([10, 0, 0, last])],
+                addrs: [IpAddr::from([10, 0, 0, last])].into_iter().collect(),
                 ready,
                 serving,
                 terminating,
@@ -59,12 +59,12 @@ fn slice_before_service_takes_effect_when_service_appears() {
     let mut store = Store::default();
     let mut dirty = BTreeSet::new();
     store.apply(
-        Change::UpsertSlice(slice("a-1", "a", &[(1, true, true, false)])),
+        Change::slice(slice("a-1", "a", &[(1, true, true, false)])),
         &mut dirty,
     );
     let id = ServiceId::new("default", "a");
     assert!(store.frontends(&id).is_empty());
-    store.apply(Change::UpsertService(svc("a", [10, 96, 0, 1])), &mut dirty);
+    store.apply(Change::service(svc("a", [10, 96, 0, 1])), &mut dirty);
     let fe = store.frontends(&id);
     assert_eq!(fe.len(), 1);
     assert_eq!(fe[0].backends.len(), 1);
@@ -75,9 +75,9 @@ fn slice_before_service_takes_effect_when_service_appears() {
 fn states_follow_kep_1669_and_duplicates_keep_best_state() {
     let mut store = Store::default();
     let mut dirty = BTreeSet::new();
-    store.apply(Change::UpsertService(svc("a", [10, 96, 0, 1])), &mut dirty);
+    store.apply(Change::service(svc("a", [10, 96, 0, 1])), &mut dirty);
     store.apply(
-        Change::UpsertSlice(slice(
+        Change::slice(slice(
             "a-1",
             "a",
             &[
@@ -90,7 +90,7 @@ fn states_follow_kep_1669_and_duplicates_keep_best_state() {
     );
     // Endpoint 2 shows up again, ready, in a second slice.
     store.apply(
-        Change::UpsertSlice(slice("a-2", "a", &[(2, true, true, false)])),
+        Change::slice(slice("a-2", "a", &[(2, true, true, false)])),
         &mut dirty,
     );
     let fe = store.frontends(&ServiceId::new("default", "a"));
@@ -136,9 +136,9 @@ fn states_follow_kep_1669_and_duplicates_keep_best_state() {
 fn unchanged_upsert_marks_nothing_dirty() {
     let mut store = Store::default();
     let mut dirty = BTreeSet::new();
-    store.apply(Change::UpsertService(svc("a", [10, 96, 0, 1])), &mut dirty);
+    store.apply(Change::service(svc("a", [10, 96, 0, 1])), &mut dirty);
     dirty.clear();
-    store.apply(Change::UpsertService(svc("a", [10, 96, 0, 1])), &mut dirty);
+    store.apply(Change::service(svc("a", [10, 96, 0, 1])), &mut dirty);
     assert!(dirty.is_empty());
 }
 
@@ -147,12 +147,12 @@ fn slice_moving_to_another_service_dirties_both() {
     let mut store = Store::default();
     let mut dirty = BTreeSet::new();
     store.apply(
-        Change::UpsertSlice(slice("s", "a", &[(1, true, true, false)])),
+        Change::slice(slice("s", "a", &[(1, true, true, false)])),
         &mut dirty,
     );
     dirty.clear();
     store.apply(
-        Change::UpsertSlice(slice("s", "b", &[(1, true, true, false)])),
+        Change::slice(slice("s", "b", &[(1, true, true, false)])),
         &mut dirty,
     );
     assert_eq!(
@@ -170,7 +170,7 @@ fn topo_slice(eps: &[(u8, bool)], zone_hints: bool) -> SliceSpec {
     s.endpoints = eps
         .iter()
         .map(|&(last, ready)| EndpointSpec {
-            addrs: vec![IpAddr::from([10, 0, 0, last])],
+            addrs: [IpAddr::from([10, 0, 0, last])].into_iter().collect(),
             ready,
             serving: true,
             terminating: !ready,
@@ -209,9 +209,9 @@ fn internal_traffic_policy_local_uses_only_this_nodes_endpoints_and_never_falls_
     let mut dirty = BTreeSet::new();
     let mut svc = svc("t", [10, 96, 0, 9]);
     svc.internal_policy = TrafficPolicy::Local;
-    store.apply(Change::UpsertService(svc), &mut dirty);
+    store.apply(Change::service(svc), &mut dirty);
     store.apply(
-        Change::UpsertSlice(topo_slice(&[(1, true), (2, true), (3, false)], false)),
+        Change::slice(topo_slice(&[(1, true), (2, true), (3, false)], false)),
         &mut dirty,
     );
     let id = ServiceId::new("default", "t");
@@ -234,9 +234,9 @@ fn zone_hints_narrow_to_this_zone_and_fall_back_as_kube_proxy_does() {
     let id = ServiceId::new("default", "t");
     let mut dirty = BTreeSet::new();
     let mut store = Store::new(node("node-1", Some("zone-a")));
-    store.apply(Change::UpsertService(svc("t", [10, 96, 0, 9])), &mut dirty);
+    store.apply(Change::service(svc("t", [10, 96, 0, 9])), &mut dirty);
     store.apply(
-        Change::UpsertSlice(topo_slice(&[(1, true), (2, true), (3, true)], true)),
+        Change::slice(topo_slice(&[(1, true), (2, true), (3, true)], true)),
         &mut dirty,
     );
     let only = |v: Vec<(u8, BackendState)>| v.into_iter().map(|(a, _)| a).collect::<Vec<_>>();
@@ -259,13 +259,13 @@ fn zone_hints_narrow_to_this_zone_and_fall_back_as_kube_proxy_does() {
     store.apply(Change::Node(node("node-1", Some("zone-a"))), &mut dirty);
     let mut s = topo_slice(&[(1, true), (2, true), (3, true)], true);
     s.endpoints[1].zone_hints.clear();
-    store.apply(Change::UpsertSlice(s), &mut dirty);
+    store.apply(Change::slice(s), &mut dirty);
     assert_eq!(only(addrs(&store, &id)), vec![1, 2, 3]);
 
     // A not-ready endpoint without hints does not count.
     let mut s = topo_slice(&[(1, true), (2, false), (3, true)], true);
     s.endpoints[1].zone_hints.clear();
-    store.apply(Change::UpsertSlice(s), &mut dirty);
+    store.apply(Change::slice(s), &mut dirty);
     assert_eq!(only(addrs(&store, &id)), vec![1, 3]);
 }
 
@@ -274,12 +274,12 @@ fn node_hints_win_over_zone_hints() {
     let id = ServiceId::new("default", "t");
     let mut dirty = BTreeSet::new();
     let mut store = Store::new(node("node-1", Some("zone-a")));
-    store.apply(Change::UpsertService(svc("t", [10, 96, 0, 9])), &mut dirty);
+    store.apply(Change::service(svc("t", [10, 96, 0, 9])), &mut dirty);
     let mut s = topo_slice(&[(1, true), (2, true), (3, true)], true);
     for ep in &mut s.endpoints {
         ep.node_hints = ep.node_name.clone().into_iter().collect();
     }
-    store.apply(Change::UpsertSlice(s), &mut dirty);
+    store.apply(Change::slice(s), &mut dirty);
     let got: Vec<u8> = addrs(&store, &id).into_iter().map(|(a, _)| a).collect();
     assert_eq!(got, vec![1, 3], "both on node-1 by hint");
 }
@@ -298,18 +298,18 @@ fn draining_endpoints_are_narrowed_like_the_ones_they_were() {
     let mut store = Store::new(node("node-1", None));
     let mut local = svc("t", [10, 96, 0, 9]);
     local.internal_policy = TrafficPolicy::Local;
-    store.apply(Change::UpsertService(local), &mut dirty);
+    store.apply(Change::service(local), &mut dirty);
     let mut s = topo_slice(&[(1, true), (2, true), (3, true), (4, true)], false);
     draining(&mut s, 2);
     draining(&mut s, 3);
-    store.apply(Change::UpsertSlice(s), &mut dirty);
+    store.apply(Change::slice(s), &mut dirty);
     assert_eq!(addrs(&store, &id), vec![(1, Active), (3, Draining)]);
 
     // Zone hints: a draining endpoint hinted for another zone is not ours;
     // one whose hints were dropped (they go when it stops being ready) may
     // have served us and is kept; neither decides whether hints apply.
     let mut store = Store::new(node("node-1", Some("zone-a")));
-    store.apply(Change::UpsertService(svc("t", [10, 96, 0, 9])), &mut dirty);
+    store.apply(Change::service(svc("t", [10, 96, 0, 9])), &mut dirty);
     let mut s = topo_slice(
         &[(1, true), (2, true), (3, true), (4, true), (5, true)],
         true,
@@ -318,7 +318,7 @@ fn draining_endpoints_are_narrowed_like_the_ones_they_were() {
     draining(&mut s, 3);
     draining(&mut s, 4);
     s.endpoints[4].zone_hints.clear();
-    store.apply(Change::UpsertSlice(s), &mut dirty);
+    store.apply(Change::slice(s), &mut dirty);
     assert_eq!(
         addrs(&store, &id),
         vec![(1, Active), (3, Draining), (5, Draining)]

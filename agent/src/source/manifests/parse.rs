@@ -1,5 +1,5 @@
 //! One manifest file → the Services and EndpointSlices it defines.
-use std::{collections::BTreeMap, fmt, path::Path};
+use std::{fmt, path::Path, sync::Arc};
 
 use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
 use serde_json::Value;
@@ -33,11 +33,12 @@ impl fmt::Display for ObjRef {
     }
 }
 
-/// An object as one file defines it.
+/// An object as one file defines it. Shared with the store, which keeps the
+/// same allocation (at 100k Services a second copy is most of the memory).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) enum Object {
-    Service(ServiceSpec),
-    Slice(SliceSpec),
+    Service(Arc<ServiceSpec>),
+    Slice(Arc<SliceSpec>),
     /// A valid slice the datapath does not use: defined, but contributes nothing.
     IgnoredSlice,
 }
@@ -54,6 +55,14 @@ pub enum ManifestError {
     /// a log pipeline wants one line per problem.
     #[error("not valid YAML: {first_line}")]
     Yaml { first_line: String },
+    #[error(
+        "the file is {size} bytes, more than the {MAX_MANIFEST_BYTES} bytes a manifest file may hold; split it into several files"
+    )]
+    TooLarge { size: u64 },
+    #[error(
+        "refused by the YAML parser's limits ({breach}): anchors and aliases are capped against alias bombs; documents, nodes and text may grow with the file up to {MAX_MANIFEST_BYTES} bytes"
+    )]
+    Budget { breach: String },
     #[error("{path}: {error}")]
     Decode {
         path: String,
@@ -65,30 +74,92 @@ pub enum ManifestError {
     NoName,
 }
 
+/// The largest manifest file read: 100k Services with their EndpointSlices
+/// in one `kubectl get -o yaml` fit several times over.
+pub const MAX_MANIFEST_BYTES: u64 = 256 << 20;
+
+/// The parser's limits for a file of `len` bytes. Its defaults (1,024
+/// documents, 250,000 nodes) refuse a generated file of a few thousand
+/// Services. Documents, nodes and events cost time in proportion to the
+/// text, so they may grow with it; only what can amplify the input
+/// (aliases, anchors, merge keys, nesting) keeps its fixed cap.
+fn budget_for(len: usize) -> serde_saphyr::Budget {
+    let mut b = serde_saphyr::Budget::default();
+    // "---\n" is the smallest document, one byte the smallest node.
+    b.max_documents = b.max_documents.max(len / 4 + 1);
+    b.max_nodes = b.max_nodes.max(len + 1);
+    b.max_events = b.max_events.max(2 * len + 16);
+    b.max_total_scalar_bytes = b.max_total_scalar_bytes.max(len);
+    b.max_reader_input_bytes = Some(MAX_MANIFEST_BYTES as usize);
+    b
+}
+
+/// A file's objects, sorted by [`ObjRef`]. A sorted `Vec` rather than a
+/// `BTreeMap`: most files define two objects, and a B-tree node has room
+/// for eleven (kilobytes per file, at 100k files most of the source's
+/// memory).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(super) struct Objects(Vec<(ObjRef, Object)>);
+
+impl Objects {
+    /// From objects in file order: a later definition of the same object in
+    /// the same file wins, as it would with `kubectl apply` of the file.
+    fn from_file_order(mut v: Vec<(ObjRef, Object)>) -> Self {
+        // Stable, so among equal refs the later one stays last.
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut out: Vec<(ObjRef, Object)> = Vec::with_capacity(v.len());
+        for (r, o) in v {
+            match out.last_mut() {
+                Some(last) if last.0 == r => last.1 = o,
+                _ => out.push((r, o)),
+            }
+        }
+        out.shrink_to_fit();
+        Self(out)
+    }
+
+    pub fn get(&self, r: &ObjRef) -> Option<&Object> {
+        self.0
+            .binary_search_by(|(k, _)| k.cmp(r))
+            .ok()
+            .map(|i| &self.0[i].1)
+    }
+
+    pub fn keys(&self) -> impl Iterator<Item = &ObjRef> {
+        self.0.iter().map(|(k, _)| k)
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
 /// A file's objects, and whether anything in it was rejected.
 #[derive(Debug, Default)]
 pub(super) struct Parsed {
-    pub objects: BTreeMap<ObjRef, Object>,
+    pub objects: Objects,
     pub had_errors: bool,
 }
 
 /// Parses one file. `Err` when it cannot be read or parsed at all; the caller
 /// then keeps the file's previous objects. An object that fails validation keeps
 /// its version from `previous`, as an API server would reject the update.
-pub(super) fn parse_file(
-    path: &Path,
-    previous: &BTreeMap<ObjRef, Object>,
-) -> Result<Parsed, ManifestError> {
-    let text = std::fs::read_to_string(path).map_err(ManifestError::Read)?;
+pub(super) fn parse_file(path: &Path, previous: &Objects) -> Result<Parsed, ManifestError> {
+    let text = read_bounded(path)?;
     let docs: Vec<Value> = if path.extension().is_some_and(|e| e == "json") {
         vec![serde_json::from_str(&text).map_err(ManifestError::Json)?]
     } else {
-        serde_saphyr::from_multiple(&text).map_err(|e| ManifestError::Yaml {
-            first_line: e.to_string().lines().next().unwrap_or_default().to_owned(),
-        })?
+        let mut options = serde_saphyr::Options::default();
+        options.budget = Some(budget_for(text.len()));
+        serde_saphyr::from_multiple_with_options(&text, options).map_err(yaml_error)?
     };
     let file = path.display();
     let mut out = Parsed::default();
+    let mut objects = Vec::new();
     let mut queue: Vec<(String, Value)> = docs
         .into_iter()
         .enumerate()
@@ -135,22 +206,62 @@ pub(super) fn parse_file(
         };
         match convert(kind, doc, &r, path) {
             Ok(obj) => {
-                out.objects.insert(r, obj);
+                objects.push((r, obj));
             }
             Err(e) => {
                 out.had_errors = true;
                 match previous.get(&r) {
                     Some(prev) => {
                         error!(%file, object = %r, "invalid, keeping its previous version: {e}");
-                        out.objects.insert(r, prev.clone());
+                        objects.push((r, prev.clone()));
                     }
                     None => error!(%file, object = %r, "invalid, skipped: {e}"),
                 }
             }
         }
     }
+    out.objects = Objects::from_file_order(objects);
     debug!(%file, objects = out.objects.len(), "manifest loaded");
     Ok(out)
+}
+
+/// A budget breach, wherever the parser wrapped it (with a source snippet,
+/// behind the alias it came through), says which limit it hit.
+fn yaml_error(e: serde_saphyr::Error) -> ManifestError {
+    use serde_saphyr::Error as E;
+    let mut inner = &e;
+    while let E::WithSnippet { error, .. } | E::AliasError { error, .. } = inner {
+        inner = error;
+    }
+    match inner {
+        E::Budget { breach, .. } => ManifestError::Budget {
+            breach: format!("{breach:?}"),
+        },
+        _ => ManifestError::Yaml {
+            first_line: e.to_string().lines().next().unwrap_or_default().to_owned(),
+        },
+    }
+}
+
+/// The file's text, refused before it is read when it is over the limit.
+fn read_bounded(path: &Path) -> Result<String, ManifestError> {
+    use std::io::Read as _;
+    let file = std::fs::File::open(path).map_err(ManifestError::Read)?;
+    let size = file.metadata().map_err(ManifestError::Read)?.len();
+    if size > MAX_MANIFEST_BYTES {
+        return Err(ManifestError::TooLarge { size });
+    }
+    let mut text = String::with_capacity(size as usize);
+    // `take`: a file that grows while read still stops at the limit.
+    file.take(MAX_MANIFEST_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(ManifestError::Read)?;
+    if text.len() as u64 > MAX_MANIFEST_BYTES {
+        return Err(ManifestError::TooLarge {
+            size: text.len() as u64,
+        });
+    }
+    Ok(text)
 }
 
 fn convert(kind: Kind, doc: Value, r: &ObjRef, path: &Path) -> Result<Object, ManifestError> {
@@ -161,14 +272,14 @@ fn convert(kind: Kind, doc: Value, r: &ObjRef, path: &Path) -> Result<Object, Ma
             for w in c.warnings {
                 warn!(%file, object = %r, "{w}");
             }
-            Ok(Object::Service(c.value))
+            Ok(Object::Service(Arc::new(c.value)))
         }
         Kind::EndpointSlice => match k8s::slice(&typed::<EndpointSlice>(doc)?)? {
             SliceOutcome::Ip(c) => {
                 for w in c.warnings {
                     warn!(%file, object = %r, "{w}");
                 }
-                Ok(Object::Slice(c.value))
+                Ok(Object::Slice(Arc::new(c.value)))
             }
             SliceOutcome::Ignored { reason } => {
                 warn!(%file, object = %r, "EndpointSlice skipped: {reason}");

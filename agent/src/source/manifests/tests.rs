@@ -114,7 +114,7 @@ fn slice(name: &str, service: &str, endpoints: Vec<EndpointSpec>) -> SliceSpec {
 
 fn ready(addr: [u8; 4]) -> EndpointSpec {
     EndpointSpec {
-        addrs: vec![IpAddr::from(addr)],
+        addrs: [IpAddr::from(addr)].into_iter().collect(),
         ready: true,
         serving: true,
         terminating: false,
@@ -174,11 +174,11 @@ fn reads_multi_document_yaml_lists_and_json() {
     assert_eq!(
         d.scan(&mut md),
         [
-            Change::UpsertService(svc("a", [10, 96, 0, 1], 80)),
-            Change::UpsertService(svc("b", [10, 96, 0, 2], 80)),
-            Change::UpsertService(svc("c", [10, 96, 0, 3], 80)),
-            Change::UpsertService(svc("d", [10, 96, 0, 4], 80)),
-            Change::UpsertSlice(slice("a-1", "a", vec![ready([10, 0, 0, 1])])),
+            Change::service(svc("a", [10, 96, 0, 1], 80)),
+            Change::service(svc("b", [10, 96, 0, 2], 80)),
+            Change::service(svc("c", [10, 96, 0, 3], 80)),
+            Change::service(svc("d", [10, 96, 0, 4], 80)),
+            Change::slice(slice("a-1", "a", vec![ready([10, 0, 0, 1])])),
         ]
     );
     assert_eq!(d.scan(&mut md), NONE, "nothing changed");
@@ -203,7 +203,7 @@ fn ignores_dotfiles_other_extensions_and_directories() {
     d.write("real.yaml", &s);
     assert_eq!(
         d.scan(&mut md),
-        [Change::UpsertService(svc("x", [10, 96, 0, 1], 80))]
+        [Change::service(svc("x", [10, 96, 0, 1], 80))]
     );
 }
 
@@ -235,12 +235,12 @@ fn the_first_file_in_name_order_wins_and_the_next_takes_over() {
     let mut md = ManifestDir::new(&d.0);
     assert_eq!(
         d.scan(&mut md),
-        [Change::UpsertService(svc("a", [10, 96, 0, 1], 80))]
+        [Change::service(svc("a", [10, 96, 0, 1], 80))]
     );
     d.remove("1.yaml");
     assert_eq!(
         d.scan(&mut md),
-        [Change::UpsertService(svc("a", [10, 96, 0, 1], 81))]
+        [Change::service(svc("a", [10, 96, 0, 1], 81))]
     );
 }
 
@@ -253,7 +253,7 @@ fn a_file_that_does_not_parse_keeps_its_objects() {
     let mut md = ManifestDir::new(&d.0);
     assert_eq!(
         d.scan(&mut md),
-        [Change::UpsertService(svc("a", [10, 96, 0, 1], 80))]
+        [Change::service(svc("a", [10, 96, 0, 1], 80))]
     );
 
     d.write("a.yaml", "kind: [unclosed\n  metadata: {\n");
@@ -263,7 +263,7 @@ fn a_file_that_does_not_parse_keeps_its_objects() {
     d.write("a.yaml", &svc_yaml("a", "10.96.0.1", 8080, "TCP"));
     assert_eq!(
         d.scan(&mut md),
-        [Change::UpsertService(svc("a", [10, 96, 0, 1], 8080))]
+        [Change::service(svc("a", [10, 96, 0, 1], 8080))]
     );
     d.write("a.yaml", "{{{ not yaml");
     assert_eq!(d.scan(&mut md), NONE);
@@ -288,7 +288,7 @@ fn invalid_services_are_rejected_and_the_rest_of_the_file_loads() {
     let mut md = ManifestDir::new(&d.0);
     assert_eq!(
         d.scan(&mut md),
-        [Change::UpsertService(svc("good", [10, 96, 0, 5], 80))]
+        [Change::service(svc("good", [10, 96, 0, 5], 80))]
     );
 }
 
@@ -312,19 +312,19 @@ fn an_invalid_update_keeps_the_previous_version() {
     write(0, 81);
     assert_eq!(
         d.scan(&mut md),
-        [Change::UpsertService(svc("b", [10, 96, 0, 2], 81))],
+        [Change::service(svc("b", [10, 96, 0, 2], 81))],
         "a is invalid now and keeps port 80; b changes"
     );
     // Still invalid on the next edit: still kept.
     write(70000, 82);
     assert_eq!(
         d.scan(&mut md),
-        [Change::UpsertService(svc("b", [10, 96, 0, 2], 82))]
+        [Change::service(svc("b", [10, 96, 0, 2], 82))]
     );
     write(90, 82);
     assert_eq!(
         d.scan(&mut md),
-        [Change::UpsertService(svc("a", [10, 96, 0, 1], 90))]
+        [Change::service(svc("a", [10, 96, 0, 1], 90))]
     );
 }
 
@@ -342,11 +342,7 @@ fn fqdn_slices_are_skipped_and_withdraw_what_they_replace() {
     d.write("s.yaml", &ipv4);
     assert_eq!(
         d.scan(&mut md),
-        [Change::UpsertSlice(slice(
-            "a-1",
-            "a",
-            vec![ready([10, 0, 0, 1])]
-        ))]
+        [Change::slice(slice("a-1", "a", vec![ready([10, 0, 0, 1])]))]
     );
     d.write("s.yaml", &fqdn);
     assert_eq!(d.scan(&mut md), [del_slice("a-1")]);
@@ -363,7 +359,7 @@ fn a_bad_address_costs_only_that_address() {
     d.write("s.yaml", &slice_yaml("a-1", "a", "IPv4", eps));
     let mut md = ManifestDir::new(&d.0);
     let draining = EndpointSpec {
-        addrs: vec![IpAddr::from([10, 0, 0, 3])],
+        addrs: [IpAddr::from([10, 0, 0, 3])].into_iter().collect(),
         ready: false,
         serving: true,
         terminating: true,
@@ -373,7 +369,7 @@ fn a_bad_address_costs_only_that_address() {
     };
     assert_eq!(
         d.scan(&mut md),
-        [Change::UpsertSlice(slice(
+        [Change::slice(slice(
             "a-1",
             "a",
             vec![ready([10, 0, 0, 1]), draining]
@@ -444,4 +440,108 @@ fn our_own_reads_do_not_trigger_rescans_but_writes_do() {
     // A ConfigMap volume swapping its data link needs a full look.
     p.add(&dir, ev(EventKind::Create(CreateKind::Any), &["/m/..data"]));
     assert!(p.full);
+}
+
+#[test]
+fn the_directory_stamp_tells_a_periodic_check_whether_to_rescan() {
+    let dir = TempDir::new("dirstamp");
+    dir.write("a.yaml", &svc_yaml("a", "10.96.0.1", 80, "TCP"));
+    // The directory last changed a minute ago, as an idle one has.
+    let age = || {
+        let t = SystemTime::now() - Duration::from_secs(60);
+        std::fs::File::open(&dir.0)
+            .unwrap()
+            .set_modified(t)
+            .unwrap();
+    };
+    age();
+    let mut md = ManifestDir::new(&dir.0);
+    assert!(md.dir_changed(), "never scanned");
+    dir.scan(&mut md);
+    assert!(!md.dir_changed());
+    // An in-place write leaves the directory alone: inotify names the file.
+    std::fs::write(dir.0.join("a.yaml"), svc_yaml("a", "10.96.0.2", 80, "TCP")).unwrap();
+    assert!(!md.dir_changed());
+    // A new file, a rename over an existing one, a removal: the directory
+    // changes, and a full scan settles it.
+    for step in 0..3 {
+        match step {
+            0 => dir.write("b.yaml", &svc_yaml("b", "10.96.0.3", 80, "TCP")),
+            1 => dir.write("a.yaml", &svc_yaml("a", "10.96.0.4", 80, "TCP")),
+            _ => dir.remove("b.yaml"),
+        }
+        assert!(md.dir_changed(), "step {step}");
+        assert!(!dir.scan(&mut md).is_empty(), "step {step}");
+        // Changed just now: the next check rescans, in case it changed again
+        // within the same tick; once it is older, it rests.
+        assert!(md.dir_changed(), "step {step}: a racy stamp");
+        age();
+        dir.scan(&mut md);
+        assert!(!md.dir_changed(), "step {step}");
+    }
+}
+
+#[test]
+fn a_generated_file_with_thousands_of_documents_loads() {
+    let dir = TempDir::new("big");
+    let n = 3_000;
+    let mut text = String::new();
+    for i in 0..n {
+        text.push_str(&svc_yaml(
+            &format!("s{i}"),
+            &format!("10.96.{}.{}", i / 250, i % 250 + 1),
+            80,
+            "TCP",
+        ));
+        text.push_str("---\n");
+        let eps = format!("- addresses: [\"10.1.{}.{}\"]\n", i / 250, i % 250 + 1);
+        text.push_str(&slice_yaml(
+            &format!("s{i}-1"),
+            &format!("s{i}"),
+            "IPv4",
+            &eps,
+        ));
+        text.push_str("---\n");
+    }
+    dir.write("all.yaml", &text);
+    let mut md = ManifestDir::new(&dir.0);
+    let changes = dir.scan(&mut md);
+    assert_eq!(
+        changes.len(),
+        2 * n,
+        "6,000 documents, over the parser's default 1,024"
+    );
+    assert!(md.is_clean());
+}
+
+#[test]
+fn parser_limits_and_size_are_refused_naming_the_limit() {
+    let dir = TempDir::new("limits");
+    // An alias bomb: nine levels of ten aliases each.
+    let mut bomb = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
+    for i in 1..10 {
+        let p = i - 1;
+        bomb.push_str(&format!(
+            "a{i}: &a{i} [*a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}]\n"
+        ));
+    }
+    dir.write("bomb.yaml", &bomb);
+    let e = parse::parse_file(&dir.0.join("bomb.yaml"), &parse::Objects::default())
+        .expect_err("an alias bomb");
+    assert!(matches!(e, ManifestError::Budget { .. }), "{e}");
+    assert!(
+        e.to_string()
+            .contains("refused by the YAML parser's limits"),
+        "{e}"
+    );
+
+    // Sparse: over the limit without writing it.
+    let big = dir.0.join("big.yaml");
+    std::fs::File::create(&big)
+        .unwrap()
+        .set_len(parse::MAX_MANIFEST_BYTES + 1)
+        .unwrap();
+    let e = parse::parse_file(&big, &parse::Objects::default()).expect_err("too large");
+    assert!(matches!(e, ManifestError::TooLarge { .. }), "{e}");
+    assert!(e.to_string().contains("split it into several files"), "{e}");
 }
