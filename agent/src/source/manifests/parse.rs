@@ -1,4 +1,6 @@
 //! One manifest file → the Services and EndpointSlices it defines.
+mod fast;
+
 use std::{fmt, path::Path, sync::Arc};
 
 use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
@@ -150,16 +152,109 @@ pub(super) struct Parsed {
 /// its version from `previous`, as an API server would reject the update.
 pub(super) fn parse_file(path: &Path, previous: &Objects) -> Result<Parsed, ManifestError> {
     let text = read_bounded(path)?;
-    let docs: Vec<Value> = if path.extension().is_some_and(|e| e == "json") {
-        vec![serde_json::from_str(&text).map_err(ManifestError::Json)?]
+    let docs = if path.extension().is_some_and(|e| e == "json") {
+        match fast::json(&text) {
+            Some(docs) => docs,
+            None => general(vec![
+                serde_json::from_str(&text).map_err(ManifestError::Json)?,
+            ]),
+        }
     } else {
-        let mut options = serde_saphyr::Options::default();
-        options.budget = Some(budget_for(text.len()));
-        serde_saphyr::from_multiple_with_options(&text, options).map_err(yaml_error)?
+        let options = || {
+            let mut o = serde_saphyr::Options::default();
+            o.budget = Some(budget_for(text.len()));
+            o
+        };
+        match fast::yaml(&text, options()) {
+            Some(docs) => docs,
+            None => general(
+                serde_saphyr::from_multiple_with_options(&text, options()).map_err(yaml_error)?,
+            ),
+        }
     };
     let file = path.display();
     let mut out = Parsed::default();
-    let mut objects = Vec::new();
+    let mut objects = Vec::with_capacity(docs.len());
+    for doc in docs {
+        let Doc {
+            at,
+            api,
+            kind,
+            name,
+            namespace,
+            body,
+        } = doc;
+        let kind = match (api.as_str(), kind.as_str()) {
+            ("v1", "Service") => Kind::Service,
+            ("discovery.k8s.io/v1", "EndpointSlice") => Kind::EndpointSlice,
+            _ => {
+                warn!(%file, %at, "unsupported object {api}/{kind}; only v1 Service and discovery.k8s.io/v1 EndpointSlice are read");
+                continue;
+            }
+        };
+        let namespace = namespace
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| "default".to_owned());
+        if name.is_empty() {
+            error!(%file, %at, "invalid, skipped: {}", ManifestError::NoName);
+            out.had_errors = true;
+            continue;
+        }
+        let r = ObjRef {
+            kind,
+            namespace,
+            name,
+        };
+        let converted = match body {
+            Some(Ok(body)) => convert(*body, &r, path),
+            Some(Err(e)) => Err(e),
+            None => unreachable!("a supported kind always has a body"),
+        };
+        match converted {
+            Ok(obj) => {
+                objects.push((r, obj));
+            }
+            Err(e) => {
+                out.had_errors = true;
+                match previous.get(&r) {
+                    Some(prev) => {
+                        error!(%file, object = %r, "invalid, keeping its previous version: {e}");
+                        objects.push((r, prev.clone()));
+                    }
+                    None => error!(%file, object = %r, "invalid, skipped: {e}"),
+                }
+            }
+        }
+    }
+    out.objects = Objects::from_file_order(objects);
+    debug!(%file, objects = out.objects.len(), "manifest loaded");
+    Ok(out)
+}
+
+/// One document as read: its kind and name, and its typed object (`None`
+/// for a kind that is not read; `Err` when it does not fit its type).
+pub(super) struct Doc {
+    at: String,
+    api: String,
+    kind: String,
+    name: String,
+    namespace: Option<String>,
+    body: Option<Result<Box<Body>, ManifestError>>,
+}
+
+// Boxed as a whole where it is held (`Doc::body`); the variants' sizes
+// differ, but each value lives only until it is converted.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, PartialEq)]
+pub(super) enum Body {
+    Service(Service),
+    Slice(EndpointSlice),
+}
+
+/// The general path: from generic documents, each checked on its own, so a
+/// bad one costs only itself and its error names the field.
+fn general(docs: Vec<Value>) -> Vec<Doc> {
+    let mut out = Vec::with_capacity(docs.len());
     let mut queue: Vec<(String, Value)> = docs
         .into_iter()
         .enumerate()
@@ -181,48 +276,27 @@ pub(super) fn parse_file(path: &Path, previous: &Objects) -> Result<Parsed, Mani
             }
             continue;
         }
-        let kind = match (api.as_str(), kind.as_str()) {
-            ("v1", "Service") => Kind::Service,
-            ("discovery.k8s.io/v1", "EndpointSlice") => Kind::EndpointSlice,
-            _ => {
-                warn!(%file, %at, "unsupported object {api}/{kind}; only v1 Service and discovery.k8s.io/v1 EndpointSlice are read");
-                continue;
-            }
-        };
         let meta = doc.get("metadata");
         let name = text_of(meta.and_then(|m| m.get("name")));
-        let namespace = Some(text_of(meta.and_then(|m| m.get("namespace"))))
-            .filter(|n| !n.is_empty())
-            .unwrap_or_else(|| "default".to_owned());
-        if name.is_empty() {
-            error!(%file, %at, "invalid, skipped: {}", ManifestError::NoName);
-            out.had_errors = true;
-            continue;
-        }
-        let r = ObjRef {
-            kind,
-            namespace,
-            name,
+        let namespace =
+            Some(text_of(meta.and_then(|m| m.get("namespace")))).filter(|n| !n.is_empty());
+        let body = match (api.as_str(), kind.as_str()) {
+            ("v1", "Service") => Some(typed::<Service>(doc).map(|s| Box::new(Body::Service(s)))),
+            ("discovery.k8s.io/v1", "EndpointSlice") => {
+                Some(typed::<EndpointSlice>(doc).map(|s| Box::new(Body::Slice(s))))
+            }
+            _ => None,
         };
-        match convert(kind, doc, &r, path) {
-            Ok(obj) => {
-                objects.push((r, obj));
-            }
-            Err(e) => {
-                out.had_errors = true;
-                match previous.get(&r) {
-                    Some(prev) => {
-                        error!(%file, object = %r, "invalid, keeping its previous version: {e}");
-                        objects.push((r, prev.clone()));
-                    }
-                    None => error!(%file, object = %r, "invalid, skipped: {e}"),
-                }
-            }
-        }
+        out.push(Doc {
+            at,
+            api,
+            kind,
+            name,
+            namespace,
+            body,
+        });
     }
-    out.objects = Objects::from_file_order(objects);
-    debug!(%file, objects = out.objects.len(), "manifest loaded");
-    Ok(out)
+    out
 }
 
 /// A budget breach, wherever the parser wrapped it (with a source snippet,
@@ -264,17 +338,17 @@ fn read_bounded(path: &Path) -> Result<String, ManifestError> {
     Ok(text)
 }
 
-fn convert(kind: Kind, doc: Value, r: &ObjRef, path: &Path) -> Result<Object, ManifestError> {
+fn convert(body: Body, r: &ObjRef, path: &Path) -> Result<Object, ManifestError> {
     let file = path.display();
-    match kind {
-        Kind::Service => {
-            let c = k8s::service(&typed::<Service>(doc)?)?;
+    match body {
+        Body::Service(svc) => {
+            let c = k8s::service(&svc)?;
             for w in c.warnings {
                 warn!(%file, object = %r, "{w}");
             }
             Ok(Object::Service(Arc::new(c.value)))
         }
-        Kind::EndpointSlice => match k8s::slice(&typed::<EndpointSlice>(doc)?)? {
+        Body::Slice(slice) => match k8s::slice(&slice)? {
             SliceOutcome::Ip(c) => {
                 for w in c.warnings {
                     warn!(%file, object = %r, "{w}");
