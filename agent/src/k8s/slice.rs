@@ -61,7 +61,7 @@ pub fn slice(eps: &EndpointSlice) -> Result<SliceOutcome, ObjectError> {
         }
     };
 
-    let mut ports = Vec::new();
+    let mut ports = Vec::with_capacity(eps.ports.as_ref().map_or(0, Vec::len));
     for (i, p) in eps.ports.iter().flatten().enumerate() {
         let Some(number) = p.port else {
             warnings.push(FieldError::new(
@@ -118,7 +118,11 @@ pub fn slice(eps: &EndpointSlice) -> Result<SliceOutcome, ObjectError> {
             ready,
             serving: c.serving.unwrap_or(ready),
             terminating: c.terminating.unwrap_or(false),
-            node_name: ep.node_name.clone().filter(|n| !n.is_empty()),
+            node_name: ep
+                .node_name
+                .as_deref()
+                .filter(|n| !n.is_empty())
+                .map(Box::from),
             zone_hints: hints
                 .and_then(|h| h.for_zones.as_ref())
                 .into_iter()

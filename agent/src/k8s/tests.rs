@@ -389,8 +389,8 @@ fn endpoint_conditions_follow_the_api_defaults() {
             serving,
             terminating,
             node_name: None,
-            zone_hints: Vec::new(),
-            node_hints: Vec::new(),
+            zone_hints: Box::default(),
+            node_hints: Box::default(),
         };
         assert_eq!(want.backend_state(), state, "{conditions}");
         assert_eq!(c.value.endpoints, [want], "{conditions}");
@@ -430,8 +430,8 @@ fn endpoint_node_and_hints_are_kept() {
     let c = ipv4(v);
     let e = &c.value.endpoints;
     assert_eq!(e[0].node_name.as_deref(), Some("node-a"));
-    assert_eq!(e[0].zone_hints, ["z1"]);
-    assert_eq!(e[0].node_hints, ["node-a"]);
+    assert_eq!(*e[0].zone_hints, ["z1"]);
+    assert_eq!(*e[0].node_hints, ["node-a"]);
     assert_eq!(e[1].node_name, None);
     assert!(e[1].zone_hints.is_empty() && e[1].node_hints.is_empty());
 }

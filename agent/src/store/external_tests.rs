@@ -82,8 +82,8 @@ fn slice(name: &str, family: IpFamily, eps: &[(&str, &str, bool)]) -> SliceSpec 
                 serving: true,
                 terminating: !ready,
                 node_name: Some(node.into()),
-                zone_hints: Vec::new(),
-                node_hints: Vec::new(),
+                zone_hints: Box::default(),
+                node_hints: Box::default(),
             })
             .collect(),
     }

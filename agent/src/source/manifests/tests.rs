@@ -119,8 +119,8 @@ fn ready(addr: [u8; 4]) -> EndpointSpec {
         serving: true,
         terminating: false,
         node_name: None,
-        zone_hints: Vec::new(),
-        node_hints: Vec::new(),
+        zone_hints: Box::default(),
+        node_hints: Box::default(),
     }
 }
 
@@ -364,8 +364,8 @@ fn a_bad_address_costs_only_that_address() {
         serving: true,
         terminating: true,
         node_name: None,
-        zone_hints: Vec::new(),
-        node_hints: Vec::new(),
+        zone_hints: Box::default(),
+        node_hints: Box::default(),
     };
     assert_eq!(
         d.scan(&mut md),
