@@ -14,19 +14,23 @@
 //! creating entries while it runs. So every entry (and its peer) is read
 //! again right before it is deleted, and deleted only if it is still expired
 //! and byte-for-byte what the walk saw; a flow that came back to life, or a
-//! new flow that reused the tuple, is left alone. (aya 0.14 has no
-//! `BPF_MAP_LOOKUP_BATCH`, so the walk reads one key at a time; it keeps only
-//! the expired candidates, never a copy of the whole table.)
+//! new flow that reused the tuple, is left alone. The walk reads the table
+//! with `BPF_MAP_LOOKUP_BATCH`, a chunk of entries per syscall (key by key,
+//! a full table of 512Ki entries cost a million syscalls a sweep), and keeps
+//! only the expired candidates, never a copy of the whole table.
 use std::{
     collections::{HashMap, HashSet},
     io,
+    os::fd::AsFd as _,
     path::{Path, PathBuf},
     time::Duration,
 };
 
-use aya::maps::{HashMap as BpfHashMap, IterableMap as _, Map, MapData, MapError};
+use aya::maps::{HashMap as BpfHashMap, Map, MapData, MapError};
 use tracing::{debug, info, warn};
 use weir_abi::{CtKey, CtValue};
+
+use crate::maps::batch::Batch;
 
 use crate::inspect::stats::StatView;
 
@@ -42,8 +46,17 @@ pub enum CtGcError {
     Read {
         map: &'static str,
         #[source]
-        source: MapError,
+        source: io::Error,
     },
+}
+
+/// One conntrack table: the typed map for the re-reads and deletes, and its
+/// batch interface for the walk.
+struct Table {
+    proto: &'static str,
+    map: &'static str,
+    live: BpfHashMap<MapData, CtKey, CtValue>,
+    batch: Batch<CtKey, CtValue>,
 }
 
 /// What one sweep of one table did.
@@ -64,11 +77,7 @@ type StatsObserver = Box<dyn Fn(&StatView, u64) + Send>;
 
 /// The two pinned conntrack tables.
 pub struct CtGc {
-    tables: Vec<(
-        &'static str,
-        &'static str,
-        BpfHashMap<MapData, CtKey, CtValue>,
-    )>,
+    tables: Vec<Table>,
     maps_dir: PathBuf,
     stats: Option<StatsObserver>,
 }
@@ -78,7 +87,13 @@ impl CtGc {
     pub fn open(maps_dir: &Path) -> Result<Self, CtGcError> {
         let mut tables = Vec::new();
         for (proto, map) in [("tcp", weir_abi::MAP_CT_TCP), ("udp", weir_abi::MAP_CT_UDP)] {
-            tables.push((proto, map, open_ct(maps_dir, map)?));
+            let (live, batch) = open_ct(maps_dir, map)?;
+            tables.push(Table {
+                proto,
+                map,
+                live,
+                batch,
+            });
         }
         Ok(Self {
             tables,
@@ -98,8 +113,8 @@ impl CtGc {
     /// Every entry of both tables (for `weir-agent inspect conntrack`).
     pub fn entries(&self) -> Result<Vec<(CtKey, CtValue)>, CtGcError> {
         let mut out = Vec::new();
-        for (_, map, table) in &self.tables {
-            out.extend(read_ct(table, map)?);
+        for t in &self.tables {
+            out.extend(read_ct(&t.batch, t.map)?);
         }
         Ok(out)
     }
@@ -107,12 +122,13 @@ impl CtGc {
     /// One sweep of both tables against `now` (CLOCK_MONOTONIC seconds).
     pub fn collect(&mut self, now: u32) -> Result<Vec<GcReport>, CtGcError> {
         let mut reports = Vec::new();
-        for (proto, map, table) in &mut self.tables {
-            let cap = walk_cap(table);
+        for t in &mut self.tables {
+            let (proto, map) = (t.proto, t.map);
             let (entries, cands) = {
-                let lookup = |k: &CtKey| table.get(k, 0).ok();
+                let live = &t.live;
+                let lookup = |k: &CtKey| live.get(k, 0).ok();
                 let mut err = None;
-                let walk = table.iter().take(cap).map_while(|item| match item {
+                let walk = t.batch.iter().map_while(|item| match item {
                     Ok(kv) => Some(kv),
                     Err(source) => {
                         err = Some(source);
@@ -125,7 +141,7 @@ impl CtGc {
                 }
                 found
             };
-            let deleted = reap(&cands, &mut LiveTable(table), now);
+            let deleted = reap(&cands, &mut LiveTable(&mut t.live), now);
             reports.push(GcReport {
                 proto,
                 entries,
@@ -210,42 +226,34 @@ fn stat_deltas<'a>(
         .collect()
 }
 
+/// The typed map, and a second fd for the batch walk (aya's typed maps do
+/// not lend theirs). `try_from` checks the key and value sizes the batch
+/// relies on. Batch lookups need 5.6; tcx, which the datapath needs, 6.6.
 fn open_ct(
     dir: &Path,
     map: &'static str,
-) -> Result<BpfHashMap<MapData, CtKey, CtValue>, CtGcError> {
+) -> Result<(BpfHashMap<MapData, CtKey, CtValue>, Batch<CtKey, CtValue>), CtGcError> {
     let err = |source| CtGcError::Open { map, source };
     let data = MapData::from_pin(dir.join(map)).map_err(err)?;
+    let fd = data
+        .fd()
+        .as_fd()
+        .try_clone_to_owned()
+        .map_err(|e| err(MapError::IoError(e)))?;
     let m = Map::from_map_data(data).map_err(err)?;
-    BpfHashMap::try_from(m).map_err(err)
+    Ok((BpfHashMap::try_from(m).map_err(err)?, Batch::new(fd)))
 }
 
-/// Every entry of one table. Flows come and go during the walk; the kernel
-/// restarts a walk whose cursor was deleted, so the walk is capped rather than
-/// trusted to end by itself under heavy churn.
-pub fn read_ct(
-    table: &BpfHashMap<MapData, CtKey, CtValue>,
+/// Every entry of one table. The batch walk goes bucket by bucket, so it
+/// ends however the flows churn meanwhile.
+fn read_ct(
+    table: &Batch<CtKey, CtValue>,
     map: &'static str,
 ) -> Result<HashMap<CtKey, CtValue>, CtGcError> {
-    let cap = walk_cap(table);
-    let mut out = HashMap::new();
-    for item in table.iter().take(cap) {
-        let (k, v) = item.map_err(|source| CtGcError::Read { map, source })?;
-        out.insert(k, v);
-    }
-    Ok(out)
-}
-
-/// How many keys a walk reads at most: twice the capacity, as deletions
-/// during the walk can make the kernel restart it.
-fn walk_cap(table: &BpfHashMap<MapData, CtKey, CtValue>) -> usize {
     table
-        .map()
-        .info()
-        .map_or(weir_abi::DEFAULT_MAX_CT as usize, |i| {
-            i.max_entries() as usize
-        })
-        .saturating_mul(2)
+        .iter()
+        .collect::<io::Result<_>>()
+        .map_err(|source| CtGcError::Read { map, source })
 }
 
 /// Read-again and delete, on the live map or (in tests) a `HashMap`.

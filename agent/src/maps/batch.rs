@@ -119,49 +119,95 @@ impl<K: aya::Pod, V: aya::Pod> Batch<K, V> {
     /// Every entry of the map. Not a snapshot: entries written meanwhile may
     /// or may not be seen, as with a key-by-key walk.
     pub fn lookup_all(&self) -> io::Result<Vec<(K, V)>> {
-        let mut out = Vec::new();
-        let mut keys: Vec<MaybeUninit<K>> = Vec::new();
-        let mut values: Vec<MaybeUninit<V>> = Vec::new();
-        let mut chunk = CHUNK;
-        // The hash map's position token is its bucket index (a u32); an
-        // 8-byte buffer holds any map type's.
-        let mut token = [0u64; 1];
-        let mut first = true;
+        self.iter().collect()
+    }
+
+    /// The entries, a chunk per syscall, without holding the whole map (the
+    /// conntrack walk keeps only what it needs of a million entries).
+    pub const fn iter(&self) -> BatchIter<'_, K, V> {
+        BatchIter {
+            batch: self,
+            chunk: Vec::new(),
+            token: None,
+            size: CHUNK,
+            done: false,
+        }
+    }
+}
+
+/// See [`Batch::iter`]. Yields one error and stops if a read fails.
+pub struct BatchIter<'a, K, V> {
+    batch: &'a Batch<K, V>,
+    /// The current chunk, reversed, so `pop` yields it in order.
+    chunk: Vec<(K, V)>,
+    /// Where the next chunk starts; `None` before the first. The hash map's
+    /// token is its bucket index (a u32); 8 bytes hold any map type's.
+    token: Option<u64>,
+    size: usize,
+    done: bool,
+}
+
+impl<K: aya::Pod, V: aya::Pod> BatchIter<'_, K, V> {
+    /// Reads the next chunk into `self.chunk`.
+    fn fill(&mut self) -> io::Result<()> {
         loop {
-            keys.resize_with(chunk, MaybeUninit::uninit);
-            values.resize_with(chunk, MaybeUninit::uninit);
+            let mut keys: Vec<MaybeUninit<K>> = Vec::new();
+            let mut values: Vec<MaybeUninit<V>> = Vec::new();
+            keys.resize_with(self.size, MaybeUninit::uninit);
+            values.resize_with(self.size, MaybeUninit::uninit);
+            let token = [self.token.unwrap_or(0)];
             let mut next = [0u64; 1];
             let mut attr = BatchAttr {
-                in_batch: if first { 0 } else { token.as_ptr() as u64 },
+                in_batch: if self.token.is_some() {
+                    token.as_ptr() as u64
+                } else {
+                    0
+                },
                 out_batch: next.as_mut_ptr() as u64,
                 keys: keys.as_mut_ptr() as u64,
                 values: values.as_mut_ptr() as u64,
-                count: chunk as u32,
+                count: self.size as u32,
                 ..BatchAttr::default()
             };
-            let r = self.call(BPF_MAP_LOOKUP_BATCH, &mut attr);
-            let got = (attr.count as usize).min(chunk);
+            let r = self.batch.call(BPF_MAP_LOOKUP_BATCH, &mut attr);
+            let got = (attr.count as usize).min(self.size);
             match &r {
-                // One bucket holds more than `chunk` entries: ask for more.
+                // One bucket holds more than a chunk's worth: ask for more.
                 Err(e) if e.raw_os_error() == Some(libc::ENOSPC) && got == 0 => {
-                    chunk *= 2;
+                    self.size *= 2;
                     continue;
                 }
                 Ok(()) => {}
                 // The walk reached the end.
-                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
-                Err(_) => return r.map(|()| Vec::new()),
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => self.done = true,
+                Err(_) => return r,
             }
-            for i in 0..got {
+            self.chunk.clear();
+            for i in (0..got).rev() {
                 // SAFETY: the kernel wrote the first `count` keys and values.
-                out.push(unsafe { (keys[i].assume_init(), values[i].assume_init()) });
+                self.chunk
+                    .push(unsafe { (keys[i].assume_init(), values[i].assume_init()) });
             }
-            if r.is_err() {
-                return Ok(out);
-            }
-            token = next;
-            first = false;
+            self.token = Some(next[0]);
+            return Ok(());
         }
+    }
+}
+
+impl<K: aya::Pod, V: aya::Pod> Iterator for BatchIter<'_, K, V> {
+    type Item = io::Result<(K, V)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        while self.chunk.is_empty() {
+            if self.done {
+                return None;
+            }
+            if let Err(e) = self.fill() {
+                self.done = true;
+                return Some(Err(e));
+            }
+        }
+        self.chunk.pop().map(Ok)
     }
 }
 
