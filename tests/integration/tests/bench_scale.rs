@@ -36,6 +36,8 @@ fn small_run_reports_every_metric_and_leaves_nothing() -> Result<()> {
         services: 10,
         endpoints: 2,
         changes: 5,
+        idle: std::time::Duration::from_secs(1),
+        gc_window: std::time::Duration::from_secs(6),
     })?;
     print(&records, &notes);
     for metric in METRICS {
@@ -83,6 +85,8 @@ fn full_scale() -> Result<()> {
         services: var("WEIR_SCALE_SERVICES", 100_000)?,
         endpoints: var("WEIR_SCALE_ENDPOINTS", 10)?,
         changes: var("WEIR_SCALE_CHANGES", 200)?,
+        idle: std::time::Duration::from_secs(var("WEIR_SCALE_IDLE_SECS", 60)?.into()),
+        gc_window: std::time::Duration::from_secs(var("WEIR_SCALE_GC_SECS", 30)?.into()),
     };
     let (records, notes) = scale::run(&opts)?;
     print(&records, &notes);

@@ -53,6 +53,10 @@ impl AgentProc {
             .arg(opts.pins)
             .args(["--max-services", &opts.max_services.to_string()])
             .args(["--max-backends", &opts.max_backends.to_string()])
+            .args([
+                "--ct-gc-interval",
+                &format!("{}s", super::conntrack::SWEEP_EVERY.as_secs()),
+            ])
             .env("RUST_LOG", "info")
             .env("NO_COLOR", "1")
             .stdout(Stdio::null())

@@ -39,6 +39,14 @@ pub enum Bench {
         endpoints: u32,
         #[arg(long, default_value_t = 200)]
         changes: u32,
+        /// Seconds the idle agent is watched after the sync (≥ 60 shows a
+        /// periodic cost such as a rescan).
+        #[arg(long, default_value_t = 60)]
+        idle_secs: u64,
+        /// Seconds the conntrack collector is watched at full tables (a
+        /// sweep every 5 s).
+        #[arg(long, default_value_t = 30)]
+        gc_secs: u64,
         #[arg(long)]
         json: Option<PathBuf>,
         #[arg(long, default_value = "target/bench")]
@@ -92,6 +100,8 @@ pub fn run(bench: Bench) -> Result<()> {
             services,
             endpoints,
             changes,
+            idle_secs,
+            gc_secs,
             json,
             out,
         } => {
@@ -99,6 +109,8 @@ pub fn run(bench: Bench) -> Result<()> {
                 services,
                 endpoints,
                 changes,
+                idle: std::time::Duration::from_secs(idle_secs),
+                gc_window: std::time::Duration::from_secs(gc_secs),
             })?;
             publish(
                 &out,
