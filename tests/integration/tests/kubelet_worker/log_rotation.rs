@@ -92,7 +92,10 @@ async fn chatty_container_is_rotated(ctrd: &Containerd, k: &Kubelet) -> Result<(
         ensure!(is_cri_record(record), "not a CRI log record: {record:?}");
     }
     ensure!(
-        whole.split('\n').skip(1).any(|r| r.contains(" stdout F line ")),
+        whole
+            .split('\n')
+            .skip(1)
+            .any(|r| r.contains(" stdout F line ")),
         "no whole line after the first record"
     );
     Ok(())
