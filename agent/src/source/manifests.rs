@@ -38,7 +38,8 @@ use crate::{
 /// How long to wait for more events after the first one, so a burst (an
 /// editor's write-then-rename, `kubectl` writing several files) lands as one
 /// update. inotify delivers a burst within microseconds; this only has to
-/// outlast the gaps inside it, and it is the floor of every change's latency.
+/// outlast the gaps inside it. An event that ends a write (see
+/// [`completes_a_write`]) is not waited on.
 const DEBOUNCE: Duration = Duration::from_millis(2);
 /// How often the directory's own stamp is compared, as the kubelet checks
 /// its static pod path: an entry created, removed or renamed without an
@@ -375,6 +376,33 @@ impl Pending {
     }
 }
 
+/// The event that ends a write of a manifest: a file renamed into place (an
+/// atomic save, `kubectl`, a ConfigMap's files are links and never get here),
+/// closed after writing, or removed. Nothing of that write comes after it.
+fn completes_a_write(dir: &Path, ev: &notify::Result<notify::Event>) -> bool {
+    use notify::event::{AccessKind, AccessMode, EventKind, ModifyKind, RenameMode};
+    let Ok(ev) = ev else { return false };
+    let last = matches!(
+        ev.kind,
+        EventKind::Access(AccessKind::Close(AccessMode::Write))
+            | EventKind::Modify(ModifyKind::Name(RenameMode::To | RenameMode::Both))
+            | EventKind::Remove(_)
+    );
+    // A rename seen whole names where from, then where to: only the
+    // destination matters (the source is a temporary file, or gone).
+    let named = match ev.kind {
+        EventKind::Modify(ModifyKind::Name(RenameMode::Both)) => {
+            ev.paths.last().into_iter().collect()
+        }
+        _ => ev.paths.iter().collect::<Vec<_>>(),
+    };
+    last && !ev.need_rescan()
+        && !named.is_empty()
+        && named
+            .iter()
+            .all(|p| p.parent() == Some(dir) && is_manifest(p))
+}
+
 /// Watches `dir` and sends changes until the receiver goes away.
 pub async fn run(dir: PathBuf, tx: mpsc::Sender<SourceMsg>) -> Result<(), notify::Error> {
     use notify::{RecursiveMode, Watcher as _};
@@ -403,8 +431,14 @@ pub async fn run(dir: PathBuf, tx: mpsc::Sender<SourceMsg>) -> Result<(), notify
         tokio::select! {
             ev = ev_rx.recv() => {
                 let Some(ev) = ev else { return Ok(()) };
-                pending.add(&dir, ev);
-                tokio::time::sleep(DEBOUNCE).await;
+                // A write's last event needs no wait: what came before it
+                // is already queued.
+                if !completes_a_write(&dir, &ev) {
+                    pending.add(&dir, ev);
+                    tokio::time::sleep(DEBOUNCE).await;
+                } else {
+                    pending.add(&dir, ev);
+                }
                 while let Ok(ev) = ev_rx.try_recv() {
                     pending.add(&dir, ev);
                 }

@@ -545,3 +545,41 @@ fn parser_limits_and_size_are_refused_naming_the_limit() {
     assert!(matches!(e, ManifestError::TooLarge { .. }), "{e}");
     assert!(e.to_string().contains("split it into several files"), "{e}");
 }
+
+#[test]
+fn the_last_event_of_a_write_is_not_debounced() {
+    use notify::event::{
+        AccessKind, AccessMode, CreateKind, DataChange, EventKind, ModifyKind, RemoveKind,
+        RenameMode,
+    };
+    let dir = PathBuf::from("/m");
+    let ev = |kind, name: &str| Ok(notify::Event::new(kind).add_path(dir.join(name)));
+    let last = [
+        EventKind::Access(AccessKind::Close(AccessMode::Write)),
+        EventKind::Modify(ModifyKind::Name(RenameMode::To)),
+        EventKind::Remove(RemoveKind::File),
+    ];
+    for kind in last {
+        assert!(completes_a_write(&dir, &ev(kind, "a.yaml")), "{kind:?}");
+        // Not a manifest of this directory: a rescan decides.
+        assert!(
+            !completes_a_write(&dir, &ev(kind, ".a.yaml.tmp")),
+            "{kind:?}"
+        );
+        assert!(
+            !completes_a_write(&dir, &ev(kind, "sub/a.yaml")),
+            "{kind:?}"
+        );
+    }
+    let both = notify::Event::new(EventKind::Modify(ModifyKind::Name(RenameMode::Both)))
+        .add_path(dir.join(".a.yaml.tmp"))
+        .add_path(dir.join("a.yaml"));
+    assert!(completes_a_write(&dir, &Ok(both)));
+    for kind in [
+        EventKind::Create(CreateKind::File),
+        EventKind::Modify(ModifyKind::Data(DataChange::Any)),
+        EventKind::Modify(ModifyKind::Name(RenameMode::From)),
+    ] {
+        assert!(!completes_a_write(&dir, &ev(kind, "a.yaml")), "{kind:?}");
+    }
+}
