@@ -231,10 +231,7 @@ type LiveMap = BpfHashMap<MapData, CtKey, CtValue>;
 /// The typed map, and a second fd for the batch walk (aya's typed maps do
 /// not lend theirs). `try_from` checks the key and value sizes the batch
 /// relies on. Batch lookups need 5.6; tcx, which the datapath needs, 6.6.
-fn open_ct(
-    dir: &Path,
-    map: &'static str,
-) -> Result<(LiveMap, Batch<CtKey, CtValue>), CtGcError> {
+fn open_ct(dir: &Path, map: &'static str) -> Result<(LiveMap, Batch<CtKey, CtValue>), CtGcError> {
     let err = |source| CtGcError::Open { map, source };
     let data = MapData::from_pin(dir.join(map)).map_err(err)?;
     let fd = data

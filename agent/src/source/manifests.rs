@@ -48,9 +48,6 @@ const RESCAN: Duration = Duration::from_secs(10);
 /// How often every file's stamp is compared even so: the backstop for
 /// in-place writes inotify cannot see (a network file system).
 const FULL_RESCAN: Duration = Duration::from_secs(300);
-/// A directory modified this close to a scan's start may have changed again
-/// within the same timestamp.
-const RACY: Duration = Duration::from_secs(1);
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Stamp {
@@ -75,9 +72,8 @@ pub struct ManifestDir {
     /// Which files define each object, so resolving one object never walks
     /// every file.
     defined_in: BTreeMap<ObjRef, SmallSet<PathBuf>>,
-    /// The directory's stamp when the last full scan began, and when that was.
+    /// The directory's stamp when the last scan began.
     dir_stamp: Option<Stamp>,
-    scanned_at: SystemTime,
 }
 
 /// What one scan needs to look at.
@@ -93,23 +89,20 @@ impl ManifestDir {
             files: HashMap::new(),
             defined_in: BTreeMap::new(),
             dir_stamp: None,
-            scanned_at: SystemTime::UNIX_EPOCH,
         }
     }
 
     /// An entry was added, removed or renamed (or the directory itself
-    /// replaced) since the last full scan began: only a full scan can see
-    /// what.
+    /// replaced) since the last scan began, and no event said so: only a
+    /// full scan can see what.
+    ///
+    /// Every scan, full or of the files events named, takes the stamp first.
+    /// A change after that comes with an event of its own (the watch is up
+    /// before the first scan), which scans again; so, unlike git's index,
+    /// a change within the same timestamp tick is never missed, and a
+    /// rename-based write costs no full scan afterwards.
     pub fn dir_changed(&self) -> bool {
-        // A change in the same timestamp tick as the scan's start would leave
-        // the stamp as it was (file systems tick at a few ms), so a stamp
-        // that new proves nothing: look again ("racy git").
-        let racy = self
-            .dir_stamp
-            .as_ref()
-            .and_then(|s| s.modified)
-            .is_none_or(|m| m + RACY >= self.scanned_at);
-        racy || dir_stamp(&self.dir) != self.dir_stamp
+        self.dir_stamp.is_none() || dir_stamp(&self.dir) != self.dir_stamp
     }
 
     /// Re-reads every file whose stamp changed and forgets removed ones.
@@ -129,13 +122,12 @@ impl ManifestDir {
     }
 
     fn scan_scope(&mut self, scope: Scope<'_>) -> std::io::Result<Vec<Change>> {
+        // Before reading: a change made during the scan shows next time.
+        self.dir_stamp = dir_stamp(&self.dir);
         // (path, its stamp now or None when it is gone), for files to re-read.
         let mut candidates: Vec<(PathBuf, Option<Stamp>)> = Vec::new();
         match scope {
             Scope::All => {
-                // Before reading: a change made during the scan shows next time.
-                self.scanned_at = SystemTime::now();
-                self.dir_stamp = dir_stamp(&self.dir);
                 let mut seen = HashSet::with_capacity(self.files.len());
                 for entry in std::fs::read_dir(&self.dir)? {
                     let path = entry?.path();
@@ -432,12 +424,12 @@ pub async fn run(dir: PathBuf, tx: mpsc::Sender<SourceMsg>) -> Result<(), notify
             ev = ev_rx.recv() => {
                 let Some(ev) = ev else { return Ok(()) };
                 // A write's last event needs no wait: what came before it
-                // is already queued.
-                if !completes_a_write(&dir, &ev) {
-                    pending.add(&dir, ev);
+                // is already queued. Nor does an event that names nothing
+                // to read (a temporary file being written).
+                let last = completes_a_write(&dir, &ev);
+                pending.add(&dir, ev);
+                if !last && (pending.full || !pending.paths.is_empty()) {
                     tokio::time::sleep(DEBOUNCE).await;
-                } else {
-                    pending.add(&dir, ev);
                 }
                 while let Ok(ev) = ev_rx.try_recv() {
                     pending.add(&dir, ev);
