@@ -98,7 +98,11 @@ fn run_one(target: &str, secs: u64, work: &Path) -> Result<()> {
     let corpus = work.join("corpus").join(target);
     let artifacts = work.join("artifacts").join(target);
     let log = work.join("logs").join(format!("{target}.log"));
-    for d in [&corpus, &artifacts] {
+    // The targets that need files write them under TMPDIR: one directory per
+    // run, removed after it, so no run leaves anything in /tmp.
+    let tmp = work.join("tmp").join(target);
+    let _ = std::fs::remove_dir_all(&tmp);
+    for d in [&corpus, &artifacts, &tmp] {
         std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
     }
     std::fs::create_dir_all(work.join("logs"))?;
@@ -123,12 +127,14 @@ fn run_one(target: &str, secs: u64, work: &Path) -> Result<()> {
     eprintln!("+ {}", show(&cmd));
     let file = std::fs::File::create(&log)?;
     let status = cmd
+        .env("TMPDIR", &tmp)
         .current_dir(root())
         .stdout(file.try_clone()?)
         .stderr(file)
         .stdin(Stdio::null())
         .status()
         .with_context(|| format!("cannot start cargo fuzz run {target}"))?;
+    let _ = std::fs::remove_dir_all(&tmp);
     let text = std::fs::read_to_string(&log).unwrap_or_default();
     let stat = |name: &str| {
         text.lines()
