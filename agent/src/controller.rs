@@ -283,7 +283,8 @@ impl<M: LbMaps> Controller<M> {
                 } else {
                     self.broken.remove(id);
                 }
-                if self.last_error.get(id) == Some(&msg) {
+                let identity = e.identity();
+                if self.last_error.get(id) == Some(&identity) {
                     debug!(service = %id, "still failing: {msg}");
                 } else {
                     error!(service = %id, "{msg}");
@@ -291,9 +292,9 @@ impl<M: LbMaps> Controller<M> {
                     self.hooks.reports.send(Report::Failed {
                         service: id.clone(),
                         reason,
-                        message: msg.clone(),
+                        message: msg,
                     });
-                    self.last_error.insert(id.clone(), msg);
+                    self.last_error.insert(id.clone(), identity);
                 }
                 if e.is_transient() {
                     self.failed.insert(id.clone());

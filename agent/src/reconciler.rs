@@ -69,6 +69,22 @@ impl ReconcileError {
     pub const fn is_node_fault(&self) -> bool {
         matches!(self, Self::Map { .. } | Self::RollbackFailed { .. })
     }
+
+    /// What makes two failures the same failure, for reporting it once. The
+    /// counts in a full map's message are not part of it: the agent changes
+    /// them itself (refusing the new frontends takes entries), so a retry a
+    /// moment later reads differently while nothing about it is new.
+    pub fn identity(&self) -> String {
+        match self {
+            Self::MapFull { service, map, .. } => format!("{service}: map {map} full"),
+            Self::TooManyBackends {
+                service, frontend, ..
+            } => format!("{service}: frontend {frontend} has too many backends"),
+            Self::FrontendConflict { .. } | Self::Map { .. } | Self::RollbackFailed { .. } => {
+                self.to_string()
+            }
+        }
+    }
 }
 
 pub struct Reconciler<M> {

@@ -4,10 +4,10 @@ use std::net::IpAddr;
 
 use super::*;
 use crate::{
-    maps::{Capacity, fake::FakeMaps},
+    maps::{Capacity, MapName, fake::FakeMaps},
     model::{
-        Backend, BackendState, DesiredFrontend, Frontend, NodeInfo, ServicePortSpec, ServiceSpec,
-        ServiceType,
+        Backend, BackendState, DesiredFrontend, EndpointSpec, Frontend, IpFamily, NodeInfo,
+        ServicePortSpec, ServiceSpec, ServiceType, SliceId, SlicePortSpec, SliceSpec,
     },
     store::{Change, StoreOptions},
 };
@@ -273,6 +273,84 @@ fn a_service_that_does_not_fit_or_conflicts_leaves_the_node_healthy() {
     ctl.sync(ctl.failed.clone());
     std::thread::sleep(Duration::from_millis(2));
     assert!(ctl.hooks.health.status().healthy);
+}
+
+/// A ClusterIP Service on port 80 and its slice of `backends` endpoints.
+fn with_backends(name: &str, ip: [u8; 4], backends: u8) -> Vec<Change> {
+    let svc = ServiceSpec {
+        id: ServiceId::new("default", name),
+        kind: ServiceType::ClusterIp,
+        cluster_ips: vec![IpAddr::from(ip)],
+        ports: vec![ServicePortSpec {
+            name: String::new(),
+            port: 80,
+            proto: Protocol::Tcp,
+            node_port: None,
+        }],
+        ..ServiceSpec::default()
+    };
+    let slice = SliceSpec {
+        id: SliceId {
+            namespace: "default".into(),
+            name: format!("{name}-1"),
+        },
+        service: ServiceId::new("default", name),
+        family: IpFamily::V4,
+        ports: vec![SlicePortSpec {
+            name: String::new(),
+            port: 8080,
+            proto: Protocol::Tcp,
+        }],
+        endpoints: (1..=backends)
+            .map(|last| EndpointSpec {
+                addrs: [IpAddr::from([10, 0, ip[3], last])].into_iter().collect(),
+                ready: true,
+                serving: true,
+                terminating: false,
+                node_name: None,
+                zone_hints: Box::default(),
+                node_hints: Box::default(),
+            })
+            .collect(),
+    };
+    vec![Change::service(svc), Change::slice(slice)]
+}
+
+#[test]
+fn a_full_map_is_reported_once_though_its_counts_change() {
+    // A master and three slots each: the second Service does not fit, and
+    // refusing its frontend takes the one entry left, so the retry reads
+    // "5 of 5 in use, needs 3 more" where the first try read "4 of 5, 4".
+    let (reports, mut rx) = Reports::channel(16);
+    let mut ctl = strict(5, |_| {});
+    ctl.hooks.reports = reports;
+    let mut dirty = BTreeSet::new();
+    let mut changes = with_backends("fits", [10, 96, 0, 1], 3);
+    changes.extend(with_backends("toobig", [10, 96, 0, 2], 3));
+    ctl.handle(SourceMsg::Changes(changes), &mut dirty);
+    ctl.sync(dirty);
+    let toobig = ServiceId::new("default", "toobig");
+    assert!(ctl.failed.contains(&toobig));
+    let Ok(Report::Failed {
+        service,
+        reason: Reason::MapFull,
+        message,
+    }) = rx.try_recv()
+    else {
+        panic!("no MapFull report");
+    };
+    assert_eq!(service, toobig);
+    assert!(message.contains("4 of 5"), "{message}");
+    for _ in 0..3 {
+        ctl.sync(ctl.failed.clone());
+    }
+    assert!(rx.try_recv().is_err(), "the same failure reported again");
+    let full = ctl
+        .hooks
+        .metrics
+        .map_full
+        .get_or_create(&MapLabel::of(MapName::Services));
+    assert_eq!(full.get(), 1, "counted once");
 }
 
 #[test]
