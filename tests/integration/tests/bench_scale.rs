@@ -6,7 +6,7 @@ use anyhow::Result;
 use weir_integration::{
     bench::{
         record::{Record, WEIR_SOCKET},
-        scale::{self, METRICS, ScaleOptions},
+        scale::{self, METRICS, RESTART_MAP_OPS, SERVER_CPU, ScaleOptions, Source},
     },
     topology::{DIR_PREFIX, cgroup2_root},
 };
@@ -33,27 +33,41 @@ fn print(records: &[Record], notes: &[String]) {
 #[test]
 fn small_run_reports_every_metric_and_leaves_nothing() -> Result<()> {
     let (records, notes) = scale::run(&ScaleOptions {
+        sources: vec![Source::Manifests, Source::Api],
         services: 10,
         endpoints: 2,
         changes: 5,
+        burst: 20,
         idle: std::time::Duration::from_secs(1),
         gc_window: std::time::Duration::from_secs(6),
     })?;
     print(&records, &notes);
-    for metric in METRICS {
-        let found: Vec<_> = records.iter().filter(|r| r.metric == metric).collect();
-        assert_eq!(found.len(), 1, "{metric} recorded once: {records:#?}");
+    for (metric, source) in METRICS
+        .iter()
+        .flat_map(|m| ["manifests", "api"].map(|s| (*m, s)))
+        .filter(|&(m, s)| m != SERVER_CPU || s == "api")
+    {
+        let found: Vec<_> = records
+            .iter()
+            .filter(|r| r.metric == metric && r.variant.as_deref() == Some(source))
+            .collect();
+        assert_eq!(
+            found.len(),
+            1,
+            "{metric} recorded once for {source}: {records:#?}"
+        );
         let r = found[0];
         assert_eq!(
-            (
-                r.dataplane.as_str(),
-                r.variant.as_deref(),
-                r.services,
-                r.endpoints
-            ),
-            (WEIR_SOCKET, None, 10, 2),
+            (r.dataplane.as_str(), r.services, r.endpoints),
+            (WEIR_SOCKET, 10, 2),
             "{r:?}"
         );
+        if metric == RESTART_MAP_OPS {
+            assert_eq!(
+                r.median, 0.0,
+                "a restart with nothing changed writes nothing"
+            );
+        }
         assert!(
             [r.median, r.min, r.max]
                 .iter()
@@ -64,7 +78,15 @@ fn small_run_reports_every_metric_and_leaves_nothing() -> Result<()> {
     }
     assert!(notes.iter().any(|n| n.contains("cold sync")), "{notes:#?}");
     assert!(
-        !notes.iter().any(|n| n.contains("did not reach the map")),
+        !notes
+            .iter()
+            .any(|n| n.contains("did not reach the map") || n.contains("warnings or errors")),
+        "{notes:#?}"
+    );
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("burst of 20") && n.contains("0 of the Services")),
         "{notes:#?}"
     );
     assert_eq!(ours(&std::env::temp_dir())?, Vec::<String>::new());
@@ -82,9 +104,11 @@ fn full_scale() -> Result<()> {
         std::env::var(name).map_or(Ok(default), |v| Ok(v.parse()?))
     };
     let opts = ScaleOptions {
+        sources: vec![Source::Manifests, Source::Api],
         services: var("WEIR_SCALE_SERVICES", 100_000)?,
         endpoints: var("WEIR_SCALE_ENDPOINTS", 10)?,
         changes: var("WEIR_SCALE_CHANGES", 200)?,
+        burst: var("WEIR_SCALE_BURST", 1000)?,
         idle: std::time::Duration::from_secs(var("WEIR_SCALE_IDLE_SECS", 60)?.into()),
         gc_window: std::time::Duration::from_secs(var("WEIR_SCALE_GC_SECS", 30)?.into()),
     };

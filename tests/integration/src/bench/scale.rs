@@ -9,6 +9,7 @@
 //! the first sync; the numbers of such a run include perf's overhead.
 mod agent;
 mod conntrack;
+mod feed;
 
 use std::{
     collections::HashMap,
@@ -20,7 +21,8 @@ use std::{
 
 use anyhow::{Context as _, Result, bail, ensure};
 
-use self::agent::AgentProc;
+pub use self::feed::Source;
+use self::{agent::AgentProc, feed::Feed};
 use super::{
     maps::ServicesMap,
     record::{Record, WEIR_SOCKET},
@@ -40,8 +42,14 @@ pub const AGENT_CPU: &str = "agent_cpu";
 pub const INSPECT_TIME: &str = "inspect_time";
 pub const IDLE_CPU: &str = "idle_cpu";
 pub const CT_GC_CPU: &str = "ct_gc_cpu";
+pub const BURST_CPU: &str = "burst_cpu";
+pub const BURST_CONVERGED: &str = "burst_converged";
+pub const RESTART_SYNC: &str = "restart_sync";
+pub const RESTART_MAP_OPS: &str = "restart_map_ops";
+/// API mode only: the test API server's CPU during the cold sync.
+pub const SERVER_CPU: &str = "server_cpu";
 /// Every metric a run records, in order.
-pub const METRICS: [&str; 9] = [
+pub const METRICS: [&str; 14] = [
     COLD_SYNC,
     CHANGE_LATENCY_P50,
     CHANGE_LATENCY_P99,
@@ -49,8 +57,13 @@ pub const METRICS: [&str; 9] = [
     AGENT_RSS,
     AGENT_CPU,
     IDLE_CPU,
+    BURST_CPU,
+    BURST_CONVERGED,
     CT_GC_CPU,
     INSPECT_TIME,
+    RESTART_SYNC,
+    RESTART_MAP_OPS,
+    SERVER_CPU,
 ];
 
 /// Targets the notes compare against (100k Services × 10 endpoints).
@@ -72,9 +85,13 @@ const POD_SPACE: u64 = 1 << 23;
 const SERVICE_PORT: u16 = 80;
 
 pub struct ScaleOptions {
+    /// Each source is a run of its own, one after the other.
+    pub sources: Vec<Source>,
     pub services: u32,
     pub endpoints: u32,
     pub changes: u32,
+    /// EndpointSlice updates written within one second, after the changes.
+    pub burst: u32,
     /// How long the idle agent is watched after the sync: a periodic cost
     /// (a rescan every 10 s) only shows over a window many times its period.
     pub idle: Duration,
@@ -83,25 +100,36 @@ pub struct ScaleOptions {
     pub gc_window: Duration,
 }
 
-/// Runs the bench once; returns one record per metric and notes on the targets.
+/// Runs the bench once per source; returns one record per metric and notes
+/// on the targets.
 pub fn run(opts: &ScaleOptions) -> Result<(Vec<Record>, Vec<String>)> {
+    let (mut records, mut notes) = (Vec::new(), Vec::new());
+    for &source in &opts.sources {
+        let (r, n) = run_one(opts, source)?;
+        records.extend(r);
+        notes.extend(n.into_iter().map(|n| format!("{}: {n}", source.as_str())));
+    }
+    Ok((records, notes))
+}
+
+fn run_one(opts: &ScaleOptions, source: Source) -> Result<(Vec<Record>, Vec<String>)> {
     let (n, m) = (opts.services, opts.endpoints);
     ensure!(n > 0 && m > 0, "need at least one Service and one endpoint");
+    let extra = u64::from(opts.changes) + u64::from(opts.burst);
     ensure!(
-        u64::from(n) * u64::from(m) + u64::from(opts.changes) <= POD_SPACE,
+        u64::from(n) * u64::from(m) + extra <= POD_SPACE,
         "{n} × {m} endpoints do not fit 10.128.0.0/9"
     );
     ensure!(
-        u64::from(m) + u64::from(opts.changes) < u64::from(u16::MAX),
-        "{m} endpoints plus {} changes may not fit a master entry's count",
-        opts.changes
+        u64::from(m) + extra < u64::from(u16::MAX),
+        "{m} endpoints plus {extra} changes may not fit a master entry's count"
     );
     let mut notes = Vec::new();
     let mut records = Vec::new();
     let mut record = |metric: &str, unit: &str, value: f64| {
         records.push(Record {
             dataplane: WEIR_SOCKET.to_owned(),
-            variant: None,
+            variant: Some(source.as_str().to_owned()),
             services: n,
             endpoints: m,
             metric: metric.to_owned(),
@@ -113,39 +141,40 @@ pub fn run(opts: &ScaleOptions) -> Result<(Vec<Record>, Vec<String>)> {
     };
 
     // Guards drop in reverse: the agent, the cgroup, the bpffs (which removes
-    // the work directory once unmounted), the work directory if no mount was.
+    // the work directory once unmounted), the feed (the API server), the
+    // work directory if no mount was.
     let work = WorkDir::create()?;
-    let manifests = work.path.join("manifests");
-    std::fs::create_dir(&manifests)?;
     let svcs = rules::synthetic(n as usize, &[]);
-    let started = Instant::now();
-    generate(&manifests, &svcs, m)?;
-    notes.push(format!(
-        "generated {n} manifest files ({m} endpoints each) in {:.2} s",
-        started.elapsed().as_secs_f64()
-    ));
+    let (feed, note) = Feed::create(source, &work.path, &svcs, m)?;
+    notes.push(note);
     let bpffs = Bpffs::mount(work.path.join("bpf"))?;
     let pins = bpffs.pin_dir();
     let cgroup = Cgroup::create(cgroup2_root()?.join(&work.name))?;
 
     // Room for the endpoints the changes add, and hash-map headroom.
-    let slack = u64::from(opts.changes) + 1024;
+    let slack = extra + 1024;
     let capacity = |per_service: u32| {
         u32::try_from(u64::from(n) * u64::from(per_service) * 17 / 16 + slack)
             .context("map capacity overflows u32")
     };
-    let mut agent = AgentProc::spawn(agent::Options {
-        manifests: &manifests,
-        cgroup: &cgroup.path,
-        pins: &pins,
-        max_services: capacity(m + 1)?,
-        max_backends: capacity(m)?,
-        log: work.path.join("agent.log"),
-    })?;
+    let source_args = feed.agent_args();
+    let agent_opts = || -> Result<agent::Options<'_>> {
+        Ok(agent::Options {
+            source: &source_args,
+            cgroup: &cgroup.path,
+            pins: &pins,
+            max_services: capacity(m + 1)?,
+            max_backends: capacity(m)?,
+            log: work.path.join("agent.log"),
+        })
+    };
+    let sync_timeout = Duration::from_secs(60) + Duration::from_millis(u64::from(n) * 2);
+    let lab_cpu = own_cpu_seconds()?;
+    let mut agent = AgentProc::spawn(agent_opts()?)?;
 
     // 1. Cold start.
-    let sync =
-        agent.wait_sync(Duration::from_secs(60) + Duration::from_millis(u64::from(n) * 2))?;
+    let sync = agent.wait_sync(sync_timeout)?;
+    let lab_cpu = own_cpu_seconds()? - lab_cpu;
     let (rss_kib, hwm_kib) = agent.memory_kib()?;
     let cpu = agent.cpu_seconds()?;
     let cold = sync.cold.as_secs_f64();
@@ -163,6 +192,14 @@ pub fn run(opts: &ScaleOptions) -> Result<(Vec<Record>, Vec<String>)> {
         "agent after sync: VmRSS {rss:.1} MiB, VmHWM {:.1} MiB, {cpu:.2} s CPU (user+system)",
         hwm_kib as f64 / 1024.0
     ));
+    if source == Source::Api {
+        // The server runs in this process, which otherwise only polls the
+        // agent's log: its CPU over the sync is the server's share.
+        record(SERVER_CPU, "s", lab_cpu);
+        notes.push(format!(
+            "the test API server (and this bench's log polling) used {lab_cpu:.2} s of CPU during the cold sync, against the agent's {cpu:.2} s"
+        ));
+    }
     if sync.profiled {
         notes.push(
             "perf record ran over the cold start: these numbers include its overhead".to_owned(),
@@ -185,13 +222,14 @@ pub fn run(opts: &ScaleOptions) -> Result<(Vec<Record>, Vec<String>)> {
     let idle_pct = 100.0 * idle_cpu / started.elapsed().as_secs_f64();
     record(IDLE_CPU, "% of a core", idle_pct);
     notes.push(format!(
-        "agent CPU while idle (no file touched for {:?} after the sync): {idle_cpu:.2} s, {idle_pct:.2}% of a core",
+        "agent CPU while idle (nothing written for {:?} after the sync): {idle_cpu:.2} s, {idle_pct:.2}% of a core",
         opts.idle
     ));
 
-    // 2. Single changes.
+    // 2. Single changes, then a burst.
+    let mut edits = Edits::new(n, m);
     let (before, started) = (agent.cpu_seconds()?, Instant::now());
-    let (samples, failures) = changes(&map, &manifests, &svcs, m, opts.changes)?;
+    let (samples, failures) = changes(&map, &feed, &svcs, &mut edits, opts.changes)?;
     notes.push(format!(
         "agent CPU during the changes: {:.2} s over {:.2} s",
         agent.cpu_seconds()? - before,
@@ -202,7 +240,11 @@ pub fn run(opts: &ScaleOptions) -> Result<(Vec<Record>, Vec<String>)> {
     record(CHANGE_LATENCY_P99, "ms", p99);
     record(CHANGE_LATENCY_MAX, "ms", max);
     notes.push(format!(
-        "single changes (rename → master count in the map): p50 {p50:.3} ms, p99 {p99:.3} ms, max {max:.3} ms over {}",
+        "single changes ({} → master count in the map): p50 {p50:.3} ms, p99 {p99:.3} ms, max {max:.3} ms over {}",
+        match source {
+            Source::Manifests => "rename",
+            Source::Api => "PATCH of the EndpointSlice",
+        },
         samples.len()
     ));
     if failures > 0 {
@@ -210,6 +252,15 @@ pub fn run(opts: &ScaleOptions) -> Result<(Vec<Record>, Vec<String>)> {
             "{failures} of {} changes did not reach the map within {CHANGE_TIMEOUT:?}; the percentiles cover only the other {}",
             opts.changes,
             samples.len()
+        ));
+    }
+    if opts.burst > 0 {
+        let b = burst(&map, &feed, &agent, &svcs, &mut edits, opts.burst)?;
+        record(BURST_CPU, "s", b.cpu);
+        record(BURST_CONVERGED, "s", b.converged);
+        notes.push(format!(
+            "a burst of {} EndpointSlice updates over 1 s (written in {:.2} s): every one in the map {:.3} s after the first write, {:.2} s of agent CPU; {} of the Services not at their last count",
+            opts.burst, b.written, b.converged, b.cpu, b.missing
         ));
     }
 
@@ -234,9 +285,39 @@ pub fn run(opts: &ScaleOptions) -> Result<(Vec<Record>, Vec<String>)> {
         bytes as f64 / 1_048_576.0
     ));
 
-    // 5. Stop gracefully, then remove what the agent leaves in place on purpose.
+    // 5. A restart with nothing changed: the maps are taken over as they are.
     notes.extend(agent.stop()?);
-    let problems = agent.problems()?;
+    let mut problems = agent.problems()?;
+    drop(agent);
+    let mut agent = AgentProc::spawn(agent_opts()?)?;
+    let again = agent.wait_sync(sync_timeout)?;
+    let restart = again.cold.as_secs_f64();
+    let writes = map_ops(&again.fields);
+    record(RESTART_SYNC, "s", restart);
+    record(
+        RESTART_MAP_OPS,
+        "writes",
+        writes.map_or(f64::NAN, |w| w as f64),
+    );
+    notes.push(format!(
+        "restart with nothing changed: synced at {restart:.3} s with {} map writes ({})",
+        writes.map_or_else(|| "?".to_owned(), |w| w.to_string()),
+        again.fields
+    ));
+    let wrong = svcs
+        .iter()
+        .enumerate()
+        .filter(|&(i, s)| map.count(s.vip, SERVICE_PORT) != Some(edits.count(i)))
+        .count();
+    ensure!(
+        wrong == 0,
+        "after the restart {wrong} of {n} Services lack a master with their last count; agent log:\n{}",
+        agent.tail()
+    );
+
+    // 6. Stop gracefully, then remove what the agent leaves in place on purpose.
+    notes.extend(agent.stop()?);
+    problems += agent.problems()?;
     if problems > 0 {
         notes.push(format!("the agent logged {problems} warnings or errors"));
     }
@@ -249,7 +330,7 @@ pub fn run(opts: &ScaleOptions) -> Result<(Vec<Record>, Vec<String>)> {
         "weir-agent cleanup failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    drop((map, agent, cgroup, bpffs, work));
+    drop((map, agent, cgroup, bpffs, feed, work));
 
     notes.extend(verdicts(opts, cold, p99, failures, rss_kib));
     notes.push(format!(
@@ -262,6 +343,24 @@ pub fn run(opts: &ScaleOptions) -> Result<(Vec<Record>, Vec<String>)> {
         }
     ));
     Ok((records, notes))
+}
+
+/// `map_ops=N` in the agent's `initial sync complete` fields.
+fn map_ops(fields: &str) -> Option<u64> {
+    fields
+        .split_whitespace()
+        .find_map(|f| f.strip_prefix("map_ops="))
+        .and_then(|v| v.parse().ok())
+}
+
+/// This process's utime + stime, in seconds.
+fn own_cpu_seconds() -> Result<f64> {
+    // SAFETY: getrusage writes into the struct it is given.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; RUSAGE_SELF is always valid.
+    ensure!(unsafe { libc::getrusage(libc::RUSAGE_SELF, &raw mut ru) } == 0);
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    Ok(secs(ru.ru_utime) + secs(ru.ru_stime))
 }
 
 /// Runs `weir-agent inspect services -o json`; its time in seconds and how
@@ -446,49 +545,132 @@ fn next_random(state: &mut u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// Rewrites one Service's manifest per change, adding and removing an
-/// endpoint in turn, and times rename → new count in its master entry.
-/// Returns the latencies in ms of the changes that landed and how many did not.
-fn changes(
-    map: &ServicesMap,
-    dir: &Path,
-    svcs: &[Svc],
+/// Each Service's endpoints as the changes left them, and the addresses
+/// for new ones: after all initial endpoints, so none is ever reused.
+struct Edits {
     m: u32,
-    count: u32,
-) -> Result<(Vec<f64>, u32)> {
-    let n = u32::try_from(svcs.len())?;
-    let mut rng = 0x5eed_u64;
-    let mut current: HashMap<u32, Vec<u32>> = HashMap::new();
-    let mut next_extra = POD_BASE + n * m;
-    let mut samples = Vec::with_capacity(count as usize);
-    let mut failures = 0;
-    let mut text = String::new();
-    for k in 0..count {
-        let i = (next_random(&mut rng) % u64::from(n)) as u32;
-        let svc = &svcs[i as usize];
-        let eps = current.entry(i).or_insert_with(|| initial_endpoints(i, m));
-        // A Service never drops to zero endpoints: that may remove its
-        // master rather than change its count.
-        if k.is_multiple_of(2) || eps.len() <= 1 {
-            eps.push(next_extra);
-            next_extra += 1;
+    current: HashMap<u32, Vec<u32>>,
+    next_extra: u32,
+    rng: u64,
+    k: u32,
+}
+
+impl Edits {
+    fn new(n: u32, m: u32) -> Self {
+        Self {
+            m,
+            current: HashMap::new(),
+            next_extra: POD_BASE + n * m,
+            rng: 0x5eed,
+            k: 0,
+        }
+    }
+
+    /// A random Service's next endpoints: one added and one removed in turn,
+    /// never down to zero (that may remove its master rather than change its
+    /// count). Returns its index and the new list.
+    fn next(&mut self, n: u32) -> (u32, Vec<u32>) {
+        let i = (next_random(&mut self.rng) % u64::from(n)) as u32;
+        let m = self.m;
+        let eps = self
+            .current
+            .entry(i)
+            .or_insert_with(|| initial_endpoints(i, m));
+        if self.k.is_multiple_of(2) || eps.len() <= 1 {
+            eps.push(self.next_extra);
+            self.next_extra += 1;
         } else {
             eps.pop();
         }
+        self.k += 1;
+        (i, eps.clone())
+    }
+
+    /// Service `i`'s current endpoint count.
+    fn count(&self, i: usize) -> u16 {
+        let n = self
+            .current
+            .get(&(i as u32))
+            .map_or(self.m as usize, Vec::len);
+        u16::try_from(n).unwrap_or(u16::MAX)
+    }
+}
+
+/// One change at a time, each timed from its write (rename or PATCH) to the
+/// new count in its master entry. Returns the latencies in ms of the changes
+/// that landed and how many did not.
+fn changes(
+    map: &ServicesMap,
+    feed: &Feed,
+    svcs: &[Svc],
+    edits: &mut Edits,
+    count: u32,
+) -> Result<(Vec<f64>, u32)> {
+    let n = u32::try_from(svcs.len())?;
+    let mut samples = Vec::with_capacity(count as usize);
+    let mut failures = 0;
+    for _ in 0..count {
+        let (i, eps) = edits.next(n);
+        let svc = &svcs[i as usize];
         let want = u16::try_from(eps.len())?;
-        text.clear();
-        push_manifest(&mut text, svc, eps.iter().copied());
-        let file = file_name(svc);
-        let tmp = dir.join(format!(".{file}.tmp"));
-        std::fs::write(&tmp, &text)?;
-        let renamed = Instant::now();
-        std::fs::rename(&tmp, dir.join(&file))?;
-        match map.wait_count(svc.vip, SERVICE_PORT, want, renamed, CHANGE_TIMEOUT) {
+        let written = feed.write(svc, &eps)?;
+        match map.wait_count(svc.vip, SERVICE_PORT, want, written, CHANGE_TIMEOUT) {
             Ok(latency) => samples.push(latency.as_secs_f64() * 1e3),
             Err(_) => failures += 1,
         }
     }
     Ok((samples, failures))
+}
+
+struct Burst {
+    /// Seconds to issue every write.
+    written: f64,
+    /// Seconds from the first write until every Service shows its last count.
+    converged: f64,
+    /// Agent CPU seconds over the burst and its convergence.
+    cpu: f64,
+    /// Services not at their last count when the bench gave up.
+    missing: usize,
+}
+
+/// `count` updates spread over one second, then waits until each changed
+/// Service's master holds its last count: how changes coalesce under load.
+fn burst(
+    map: &ServicesMap,
+    feed: &Feed,
+    agent: &AgentProc,
+    svcs: &[Svc],
+    edits: &mut Edits,
+    count: u32,
+) -> Result<Burst> {
+    let n = u32::try_from(svcs.len())?;
+    let mut last: HashMap<u32, u16> = HashMap::new();
+    let writes: Vec<(Svc, Vec<u32>)> = (0..count)
+        .map(|_| {
+            let (i, eps) = edits.next(n);
+            last.insert(i, u16::try_from(eps.len()).unwrap_or(u16::MAX));
+            (svcs[i as usize].clone(), eps)
+        })
+        .collect();
+    let cpu = agent.cpu_seconds()?;
+    let started = Instant::now();
+    let done = feed.burst(writes, Duration::from_secs(1))?;
+    let written = done.duration_since(started).as_secs_f64();
+    let deadline = Instant::now() + CHANGE_TIMEOUT * 6;
+    let mut pending: Vec<(u32, u16)> = last.into_iter().collect();
+    loop {
+        pending.retain(|&(i, want)| map.count(svcs[i as usize].vip, SERVICE_PORT) != Some(want));
+        if pending.is_empty() || Instant::now() > deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    Ok(Burst {
+        written,
+        converged: started.elapsed().as_secs_f64(),
+        cpu: agent.cpu_seconds()? - cpu,
+        missing: pending.len(),
+    })
 }
 
 /// Nearest-rank p50, p99 and the maximum (NaN for no samples).

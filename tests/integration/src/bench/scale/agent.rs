@@ -13,7 +13,8 @@ use anyhow::{Context as _, Result, bail, ensure};
 use crate::{bin, topology::ChildGuard};
 
 pub(super) struct Options<'a> {
-    pub manifests: &'a Path,
+    /// Where the Services come from (`--manifests DIR`, `--kubeconfig …`).
+    pub source: &'a [std::ffi::OsString],
     pub cgroup: &'a Path,
     pub pins: &'a Path,
     pub max_services: u32,
@@ -45,8 +46,7 @@ pub(super) struct AgentProc {
 impl AgentProc {
     pub fn spawn(opts: Options<'_>) -> Result<Self> {
         let mut cmd = Command::new(bin("weir-agent"));
-        cmd.arg("--manifests")
-            .arg(opts.manifests)
+        cmd.args(opts.source)
             .arg("--cgroup")
             .arg(opts.cgroup)
             .arg("--bpffs")
@@ -96,7 +96,11 @@ impl AgentProc {
         loop {
             let now = self.spawned.elapsed();
             for line in self.log.poll()? {
-                for milestone in ["datapath attached", "manifests loaded"] {
+                for milestone in [
+                    "datapath attached",
+                    "manifests loaded",
+                    "initial list of Services and EndpointSlices complete",
+                ] {
                     if line.contains(milestone) {
                         phases.push(format!("{milestone} at {:.3} s", now.as_secs_f64()));
                     }

@@ -31,14 +31,22 @@ pub enum Bench {
         out: PathBuf,
     },
     /// Control-plane scale: cold sync, single-change latency and memory at
-    /// 100,000 Services × 10 endpoints in standalone mode.
+    /// 100,000 Services × 10 endpoints, from manifest files and from the
+    /// test API server.
     Scale {
+        /// Where the agent reads the Services from; each is a run of its own.
+        #[arg(long, value_delimiter = ',', default_value = "manifests,api")]
+        source: Vec<scale::Source>,
         #[arg(long, default_value_t = 100_000)]
         services: u32,
         #[arg(long, default_value_t = 10)]
         endpoints: u32,
         #[arg(long, default_value_t = 200)]
         changes: u32,
+        /// EndpointSlice updates written within one second after the single
+        /// changes, to show how changes coalesce (0 skips it).
+        #[arg(long, default_value_t = 1000)]
+        burst: u32,
         /// Seconds the idle agent is watched after the sync (≥ 60 shows a
         /// periodic cost such as a rescan).
         #[arg(long, default_value_t = 60)]
@@ -97,18 +105,22 @@ pub fn run(bench: Bench) -> Result<()> {
             )
         }
         Bench::Scale {
+            source,
             services,
             endpoints,
             changes,
+            burst,
             idle_secs,
             gc_secs,
             json,
             out,
         } => {
             let (records, notes) = scale::run(&ScaleOptions {
+                sources: source,
                 services,
                 endpoints,
                 changes,
+                burst,
                 idle: std::time::Duration::from_secs(idle_secs),
                 gc_window: std::time::Duration::from_secs(gc_secs),
             })?;
