@@ -63,8 +63,13 @@ pub struct Controller<M> {
     /// problem (an Event and metrics say so), and a tenant must not be able
     /// to take every node out of its load balancers by creating one.
     broken: BTreeSet<ServiceId>,
+    /// The failure each failing Service was last reported for
+    /// ([`ReconcileError::identity`]).
     last_error: HashMap<ServiceId, String>,
     synced: bool,
+    /// Services changed before the source's first complete view, synced
+    /// together once it arrives.
+    held: BTreeSet<ServiceId>,
     /// Map writes until the first full sync: zero after a restart that found
     /// the maps already right.
     initial_ops: usize,
@@ -97,6 +102,7 @@ impl<M: LbMaps> Controller<M> {
             broken: BTreeSet::new(),
             last_error: HashMap::new(),
             synced: false,
+            held: BTreeSet::new(),
             initial_ops: 0,
             triggers: HashMap::new(),
             rejected: HashMap::new(),
@@ -120,7 +126,7 @@ impl<M: LbMaps> Controller<M> {
         let mut retry = tokio::time::interval(RETRY);
         retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            let mut dirty = BTreeSet::new();
+            let mut dirty = std::mem::take(&mut self.held);
             tokio::select! {
                 () = &mut shutdown => return,
                 msg = rx.recv() => {
@@ -134,7 +140,17 @@ impl<M: LbMaps> Controller<M> {
                     dirty.extend(self.failed.iter().cloned());
                 }
             }
-            self.sync(dirty);
+            // Until the source's first complete view, what it sent is only
+            // part of it: a paginated list delivers every Service before
+            // their slices, and syncing then would give each Service a
+            // master without backends until its slice came (a restart
+            // would refuse every connection for seconds). kube-proxy waits
+            // for both informers in the same way.
+            if self.synced {
+                self.sync(dirty);
+            } else {
+                self.held = dirty;
+            }
         }
     }
 

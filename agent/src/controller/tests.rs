@@ -407,3 +407,58 @@ fn a_refused_external_ip_is_reported_once_and_withdrawn_when_it_goes() {
         })
     );
 }
+
+#[tokio::test]
+async fn nothing_is_synced_before_the_sources_first_complete_view() {
+    // A paginated list: the Service arrives in one batch, its slice later.
+    let mut changes = with_backends("a", [10, 96, 0, 1], 3);
+    let slice = changes.pop().unwrap();
+    let svc = changes.pop().unwrap();
+    let mut ctl = controller(Reports::none());
+    let feed = |msgs: Vec<SourceMsg>| {
+        let (tx, rx) = tokio::sync::mpsc::channel(msgs.len());
+        for m in msgs {
+            tx.try_send(m).unwrap();
+        }
+        rx
+    };
+    ctl.run(
+        feed(vec![SourceMsg::Changes(vec![svc.clone()])]),
+        std::future::pending(),
+    )
+    .await;
+    assert_eq!(
+        ctl.reconciler.frontend_count(),
+        0,
+        "a Service programmed before its slice would lose its backends"
+    );
+    ctl.run(
+        feed(vec![
+            SourceMsg::Changes(vec![slice.clone()]),
+            SourceMsg::Synced { complete: true },
+        ]),
+        std::future::pending(),
+    )
+    .await;
+    assert_eq!(ctl.reconciler.frontend_count(), 1);
+
+    // As many writes as when both came at once: no master was written twice.
+    let mut once = controller(Reports::none());
+    once.run(
+        feed(vec![
+            SourceMsg::Changes(vec![svc, slice]),
+            SourceMsg::Synced { complete: true },
+        ]),
+        std::future::pending(),
+    )
+    .await;
+    assert!(once.initial_ops > 0);
+    assert_eq!(ctl.initial_ops, once.initial_ops);
+
+    // Once synced, a change is programmed as it comes.
+    let mut more = with_backends("b", [10, 96, 0, 2], 2);
+    more.truncate(1);
+    ctl.run(feed(vec![SourceMsg::Changes(more)]), std::future::pending())
+        .await;
+    assert_eq!(ctl.reconciler.frontend_count(), 2);
+}
