@@ -105,6 +105,17 @@ impl ManifestDir {
         self.dir_stamp.is_none() || dir_stamp(&self.dir) != self.dir_stamp
     }
 
+    /// Takes the directory's stamp again without scanning: for events that
+    /// name only files that cannot hold a manifest (a writer's temporary
+    /// file). Their entries change the directory's stamp, and a check that
+    /// found it changed would scan all of it, stalling the rename that
+    /// follows; everything before these events was seen through events.
+    pub fn restamp(&mut self) {
+        if self.dir_stamp.is_some() {
+            self.dir_stamp = dir_stamp(&self.dir);
+        }
+    }
+
     /// Re-reads every file whose stamp changed and forgets removed ones.
     pub fn scan(&mut self) -> std::io::Result<Vec<Change>> {
         self.scan_scope(Scope::All)
@@ -337,6 +348,8 @@ fn delete(r: &ObjRef) -> Change {
 struct Pending {
     paths: BTreeSet<PathBuf>,
     full: bool,
+    /// Events named entries of the directory that hold no manifest.
+    ignored: bool,
 }
 
 impl Pending {
@@ -358,9 +371,11 @@ impl Pending {
                         // The directory itself, a ConfigMap volume swapping its
                         // `..data` link, a subdirectory: look at everything.
                         self.full = true;
+                    } else {
+                        // Editor swap files, temporary files, other
+                        // extensions: they cannot hold a manifest.
+                        self.ignored = true;
                     }
-                    // Anything else (editor swap files, temp files, other
-                    // extensions) cannot hold a manifest.
                 }
             }
             _ => self.full = true,
@@ -440,6 +455,9 @@ pub async fn run(dir: PathBuf, tx: mpsc::Sender<SourceMsg>) -> Result<(), notify
             }
         }
         if !pending.full && pending.paths.is_empty() {
+            if pending.ignored {
+                md.restamp();
+            }
             continue;
         }
         debug!(

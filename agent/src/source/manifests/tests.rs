@@ -470,6 +470,19 @@ fn the_directory_stamp_tells_a_periodic_check_whether_to_rescan() {
         assert!(!md.scan_paths(&named).unwrap().is_empty(), "step {step}");
         assert!(!md.dir_changed(), "step {step}");
     }
+    // A writer's temporary file changes the directory too, and names no
+    // manifest: restamping on its event keeps the check from scanning
+    // everything between the write and its rename.
+    std::thread::sleep(Duration::from_millis(20));
+    dir.write(".a.yaml.tmp", "partial");
+    let mut p = Pending::default();
+    let created = notify::Event::new(notify::EventKind::Create(notify::event::CreateKind::File))
+        .add_path(dir.0.join(".a.yaml.tmp"));
+    p.add(&dir.0, Ok(created));
+    assert!(p.ignored && !p.full && p.paths.is_empty(), "{p:?}");
+    assert!(md.dir_changed());
+    md.restamp();
+    assert!(!md.dir_changed());
 }
 
 #[test]
