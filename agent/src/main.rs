@@ -6,10 +6,7 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 use tracing::{error, info, warn};
 
-use kube::runtime::{
-    events::{Recorder, Reporter},
-    reflector,
-};
+use kube::runtime::events::{Recorder, Reporter};
 use weir_agent::{
     cleanup,
     controller::{Controller, Hooks},
@@ -573,7 +570,7 @@ async fn run_async(args: RunArgs, node: String) -> Result<()> {
                 .client()
                 .await
                 .context("connecting to the API server")?;
-            let (services, writer) = reflector::store();
+            let uids = events::Uids::default();
             let recorder = Recorder::new(
                 client.clone(),
                 Reporter {
@@ -581,7 +578,7 @@ async fn run_async(args: RunArgs, node: String) -> Result<()> {
                     instance: Some(node.clone()),
                 },
             );
-            tokio::spawn(events::run(recorder, services, report_rx));
+            tokio::spawn(events::run(recorder, uids.clone(), report_rx));
             tokio::spawn(lease::run(
                 client.clone(),
                 args.namespace.clone(),
@@ -590,7 +587,7 @@ async fn run_async(args: RunArgs, node: String) -> Result<()> {
             let source = KubeSource {
                 client,
                 node: node.clone(),
-                services: writer,
+                uids,
                 reports,
                 metrics: metrics.clone(),
                 health: health.clone(),

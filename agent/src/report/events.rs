@@ -2,18 +2,44 @@
 //! a Service that stays in the same state while the controller retries every
 //! two seconds does not produce a stream of Events, and a Service that recovers
 //! and fails again gets a new one.
-use std::collections::HashMap;
-
-use k8s_openapi::api::core::v1::{ObjectReference, Service};
-use kube::runtime::{
-    events::{Event, EventType, Recorder},
-    reflector::{ObjectRef, Store},
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex, PoisonError},
 };
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::runtime::events::{Event, EventType, Recorder};
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
 use super::{Reason, Report, Stage};
 use crate::model::ServiceId;
+
+/// Each watched Service's UID, for the Events' `regarding`: all the Event
+/// writer needs of a Service, where a reflector store would hold every one
+/// whole (tens of megabytes at 100k Services).
+#[derive(Clone, Debug, Default)]
+pub struct Uids(Arc<Mutex<HashMap<ServiceId, Box<str>>>>);
+
+impl Uids {
+    pub fn set(&self, id: &ServiceId, uid: Option<&str>) {
+        let mut map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        match uid {
+            Some(uid) if map.get(id).map(AsRef::as_ref) != Some(uid) => {
+                map.insert(id.clone(), uid.into());
+            }
+            Some(_) => {}
+            None => {
+                map.remove(id);
+            }
+        }
+    }
+
+    pub fn get(&self, id: &ServiceId) -> Option<String> {
+        let map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        map.get(id).map(ToString::to_string)
+    }
+}
 
 /// Filters reports down to the ones that deserve a new Event.
 #[derive(Debug, Default)]
@@ -46,17 +72,15 @@ impl Dedup {
     }
 }
 
-/// Writes Events until the report channel closes. `services` is the API
-/// source's reflector store, for the Services' UIDs.
-pub async fn run(recorder: Recorder, services: Store<Service>, mut rx: mpsc::Receiver<Report>) {
+/// Writes Events until the report channel closes. `uids` is kept by the
+/// API source.
+pub async fn run(recorder: Recorder, uids: Uids, mut rx: mpsc::Receiver<Report>) {
     let mut dedup = Dedup::default();
     while let Some(report) = rx.recv().await {
         let Some((service, reason, message)) = dedup.admit(report) else {
             continue;
         };
-        let uid = services
-            .get(&ObjectRef::new(&service.name).within(&service.namespace))
-            .and_then(|s| s.metadata.uid.clone());
+        let uid = uids.get(&service);
         let reference = ObjectReference {
             api_version: Some("v1".into()),
             kind: Some("Service".into()),
@@ -91,6 +115,20 @@ mod tests {
             reason,
             message: msg.into(),
         }
+    }
+
+    #[test]
+    fn uids_follow_the_watched_services() {
+        let uids = Uids::default();
+        let a = ServiceId::new("default", "a");
+        assert_eq!(uids.get(&a), None);
+        uids.set(&a, Some("u1"));
+        assert_eq!(uids.get(&a).as_deref(), Some("u1"));
+        // Deleted and created again under the same name: a new UID.
+        uids.set(&a, Some("u2"));
+        assert_eq!(uids.get(&a).as_deref(), Some("u2"));
+        uids.set(&a, None);
+        assert_eq!(uids.get(&a), None);
     }
 
     #[test]

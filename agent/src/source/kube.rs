@@ -25,7 +25,6 @@ use kube::{
     config::{KubeConfigOptions, Kubeconfig},
     runtime::{
         WatchStreamExt as _,
-        reflector::store::Writer,
         watcher::{self, Event},
     },
 };
@@ -37,7 +36,7 @@ use super::SourceMsg;
 use crate::{
     k8s::{self, LABEL_SERVICE_NAME, SliceOutcome},
     model::{NodeInfo, ServiceId, SliceId},
-    report::{Reason, Report, Reports, Stage},
+    report::{Reason, Report, Reports, Stage, events::Uids},
     store::Change,
     telemetry::{Health, Metrics, metrics::KindLabel},
 };
@@ -126,8 +125,8 @@ fn api_server_url(host_port: &str) -> Option<http::Uri> {
 pub struct KubeSource {
     pub client: Client,
     pub node: String,
-    /// Filled with the Services as watched, for the Event writer's UIDs.
-    pub services: Writer<Service>,
+    /// Kept as the Services are watched, for the Event writer.
+    pub uids: Uids,
     pub reports: Reports,
     pub metrics: Arc<Metrics>,
     pub health: Arc<Health>,
@@ -146,7 +145,7 @@ impl KubeSource {
         let Self {
             client,
             node,
-            services: writer,
+            uids,
             reports,
             metrics,
             health,
@@ -154,7 +153,6 @@ impl KubeSource {
         let cfg = watcher::Config::default().labels(SELECTOR);
         let svc = watcher(Api::<Service>::all(client.clone()), cfg.clone())
             .default_backoff()
-            .reflect(writer)
             .map(|e| Item::Service(Box::new(e)));
         let eps = watcher(Api::<EndpointSlice>::all(client.clone()), cfg)
             .default_backoff()
@@ -177,6 +175,7 @@ impl KubeSource {
             slices: Tracker::new(|id| Change::DeleteSlice(id.clone())),
             node_seen: false,
             synced_sent: false,
+            uids,
             reports,
             metrics,
             health,
@@ -209,6 +208,7 @@ struct State {
     slices: Tracker<SliceId>,
     node_seen: bool,
     synced_sent: bool,
+    uids: Uids,
     reports: Reports,
     metrics: Arc<Metrics>,
     health: Arc<Health>,
@@ -272,9 +272,19 @@ impl State {
     fn on_service(&mut self, ev: Event<Service>, out: &mut Vec<Change>) {
         match ev {
             Event::Init => self.services.init(),
-            Event::InitDone => out.extend(self.services.init_done()),
+            Event::InitDone => {
+                let changes = self.services.init_done();
+                for c in &changes {
+                    if let Change::DeleteService(id) = c {
+                        self.uids.set(id, None);
+                    }
+                }
+                out.extend(changes);
+            }
             Event::Apply(svc) | Event::InitApply(svc) => {
                 let id = ServiceId::new(svc.namespace().unwrap_or_default(), svc.name_any());
+                // Invalid ones too: their Events need it most.
+                self.uids.set(&id, svc.metadata.uid.as_deref());
                 let outcome = match k8s::service(&svc) {
                     Ok(c) => {
                         for w in &c.warnings {
@@ -295,6 +305,7 @@ impl State {
             }
             Event::Delete(svc) => {
                 let id = ServiceId::new(svc.namespace().unwrap_or_default(), svc.name_any());
+                self.uids.set(&id, None);
                 out.extend(self.services.delete(&id));
             }
         }

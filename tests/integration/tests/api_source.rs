@@ -362,6 +362,14 @@ fn map_full_writes_one_event_and_the_lease_is_renewed() -> Result<()> {
     );
     ensure!(ev.type_.as_deref() == Some("Warning"));
     ensure!(ev.reporting_controller.as_deref() == Some("weir-agent"));
+    let uid = cluster
+        .block_on(cluster.api::<Service>("default").get("toobig"))?
+        .metadata
+        .uid;
+    ensure!(
+        ev.regarding.as_ref().and_then(|r| r.uid.clone()) == uid && uid.is_some(),
+        "the Event names the Service's UID: {ev:?}"
+    );
 
     // The agent retries every 2 s; the Event is not repeated. Meanwhile the
     // Lease gets at least one renewal.
