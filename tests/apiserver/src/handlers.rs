@@ -110,25 +110,35 @@ pub fn list(state: &State, r: &ApiRequest) -> Reply {
     };
     let mut items = Vec::new();
     let mut next_key = None;
-    let mut remaining = 0usize;
-    for ((ns, name), obj) in inner.list(r.res, r.namespace.as_deref(), after) {
+    let mut rest = inner.list(r.res, r.namespace.as_deref(), after);
+    for ((ns, name), obj) in rest.by_ref() {
         if !sel.matches(obj) {
-            continue;
-        }
-        if limit > 0 && items.len() == limit {
-            remaining += 1;
             continue;
         }
         items.push(list_item(obj));
         next_key = Some((ns.clone(), name.clone()));
+        if limit > 0 && items.len() == limit {
+            break;
+        }
     }
+    // A full page continues whenever any key follows it, matching or not,
+    // as etcd's paging does (the next page may then be empty); only
+    // without selectors is the rest counted, where counting keys is cheap.
+    // Never the rest matched on every page: a 100k-object list in pages of
+    // 500 would match 10 M objects.
+    let unselected = sel.labels.is_empty() && sel.fields.is_empty();
+    let remaining = match limit > 0 && items.len() == limit {
+        false => 0,
+        true => rest.by_ref().count(),
+    };
+    drop(rest);
     drop(inner);
     let mut meta = json!({"resourceVersion": list_rv.to_string()});
     if remaining > 0
         && let Some((ns, name)) = next_key
     {
         meta["continue"] = json!(encode_continue(list_rv, &ns, &name));
-        if sel.labels.is_empty() && sel.fields.is_empty() {
+        if unselected {
             meta["remainingItemCount"] = json!(remaining);
         }
     }

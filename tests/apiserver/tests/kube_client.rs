@@ -426,6 +426,32 @@ async fn selectors_and_pagination() {
     let mut sorted = names.clone();
     sorted.dedup();
     assert_eq!(sorted.len(), 8);
+    let first = api.list(&ListParams::default().limit(3)).await.unwrap();
+    assert_eq!(first.metadata.remaining_item_count, Some(5));
+
+    // With a selector: pages hold only matches and the count of the rest
+    // is not given. As etcd's paging, a full page continues while any key
+    // follows it, matching or not, so the last page may be empty.
+    let pages_of = |limit: u32| {
+        let api = api.clone();
+        async move {
+            let mut sizes = Vec::new();
+            let mut lp = ListParams::default().labels("tier").limit(limit);
+            loop {
+                let page = api.list(&lp).await.unwrap();
+                sizes.push(page.items.len());
+                assert_eq!(page.metadata.remaining_item_count, None);
+                match page.metadata.continue_ {
+                    Some(c) if !c.is_empty() => lp = lp.continue_token(&c),
+                    _ => break,
+                }
+            }
+            sizes
+        }
+    };
+    assert_eq!(pages_of(3).await, [3, 3, 1]);
+    // c6 is the last object with a tier; "other", after it, has none.
+    assert_eq!(pages_of(7).await, [7, 0]);
 
     // Pod field selector.
     let pods: Api<Pod> = Api::namespaced(client, "default");
