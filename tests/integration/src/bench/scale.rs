@@ -38,6 +38,8 @@ pub const CHANGE_LATENCY_P50: &str = "change_latency_p50";
 pub const CHANGE_LATENCY_P99: &str = "change_latency_p99";
 pub const CHANGE_LATENCY_MAX: &str = "change_latency_max";
 pub const AGENT_RSS: &str = "agent_rss";
+/// The BPF maps' kernel memory, charged to the agent's cgroup besides RSS.
+pub const MAPS_MEMORY: &str = "maps_memory";
 pub const AGENT_CPU: &str = "agent_cpu";
 pub const INSPECT_TIME: &str = "inspect_time";
 pub const IDLE_CPU: &str = "idle_cpu";
@@ -49,12 +51,13 @@ pub const RESTART_MAP_OPS: &str = "restart_map_ops";
 /// API mode only: the test API server's CPU during the cold sync.
 pub const SERVER_CPU: &str = "server_cpu";
 /// Every metric a run records, in order.
-pub const METRICS: [&str; 14] = [
+pub const METRICS: [&str; 15] = [
     COLD_SYNC,
     CHANGE_LATENCY_P50,
     CHANGE_LATENCY_P99,
     CHANGE_LATENCY_MAX,
     AGENT_RSS,
+    MAPS_MEMORY,
     AGENT_CPU,
     IDLE_CPU,
     BURST_CPU,
@@ -176,11 +179,13 @@ fn run_one(opts: &ScaleOptions, source: Source) -> Result<(Vec<Record>, Vec<Stri
     let sync = agent.wait_sync(sync_timeout)?;
     let lab_cpu = own_cpu_seconds()? - lab_cpu;
     let (rss_kib, hwm_kib) = agent.memory_kib()?;
+    let maps = agent.maps_kib()? as f64 / 1024.0;
     let cpu = agent.cpu_seconds()?;
     let cold = sync.cold.as_secs_f64();
     let rss = rss_kib as f64 / 1024.0;
     record(COLD_SYNC, "s", cold);
     record(AGENT_RSS, "MiB", rss);
+    record(MAPS_MEMORY, "MiB", maps);
     record(AGENT_CPU, "s", cpu);
     let mut phases = sync.phases;
     phases.push(format!(
@@ -189,8 +194,10 @@ fn run_one(opts: &ScaleOptions, source: Source) -> Result<(Vec<Record>, Vec<Stri
     ));
     notes.push(format!("agent cold start: {}", phases.join(", ")));
     notes.push(format!(
-        "agent after sync: VmRSS {rss:.1} MiB, VmHWM {:.1} MiB, {cpu:.2} s CPU (user+system)",
-        hwm_kib as f64 / 1024.0
+        "agent after sync: VmRSS {rss:.1} MiB, VmHWM {:.1} MiB, {cpu:.2} s CPU (user+system); its BPF maps hold {maps:.1} MiB of kernel memory (--max-services {}, --max-backends {}), charged to its memory cgroup too",
+        hwm_kib as f64 / 1024.0,
+        capacity(m + 1)?,
+        capacity(m)?
     ));
     if source == Source::Api {
         // The server runs in this process, which otherwise only polls the

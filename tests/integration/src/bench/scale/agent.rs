@@ -142,6 +142,39 @@ impl AgentProc {
         Ok((field("VmRSS:")?, field("VmHWM:")?))
     }
 
+    /// The kernel memory of the BPF maps the agent holds open, in KiB: the
+    /// `memlock` of each map in `/proc/PID/fdinfo`, counted once per map.
+    /// It is charged to the agent's memory cgroup on top of its RSS.
+    pub fn maps_kib(&self) -> Result<u64> {
+        let pid = self.pid();
+        let mut seen = std::collections::HashSet::new();
+        let mut bytes = 0u64;
+        for fd in std::fs::read_dir(format!("/proc/{pid}/fd"))? {
+            let fd = fd?;
+            let Ok(target) = std::fs::read_link(fd.path()) else {
+                continue;
+            };
+            if target.to_str() != Some("anon_inode:bpf-map") {
+                continue;
+            }
+            let info = std::fs::read_to_string(format!(
+                "/proc/{pid}/fdinfo/{}",
+                fd.file_name().to_string_lossy()
+            ))?;
+            let field = |name: &str| {
+                info.lines()
+                    .find_map(|l| l.strip_prefix(name))
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+            };
+            if let (Some(id), Some(memlock)) = (field("map_id:"), field("memlock:"))
+                && seen.insert(id)
+            {
+                bytes += memlock;
+            }
+        }
+        Ok(bytes / 1024)
+    }
+
     /// utime + stime, in seconds.
     pub fn cpu_seconds(&self) -> Result<f64> {
         let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid()))?;
