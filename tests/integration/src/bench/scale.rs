@@ -10,6 +10,7 @@
 mod agent;
 mod conntrack;
 mod feed;
+pub mod targets;
 
 use std::{
     collections::HashMap,
@@ -73,6 +74,7 @@ pub const METRICS: [&str; 15] = [
 const TARGET_COLD_SYNC_S: f64 = 2.0;
 const TARGET_CHANGE_P99_MS: f64 = 5.0;
 const TARGET_RSS_MB: f64 = 200.0;
+const TARGET_INSPECT_S: f64 = 1.0;
 /// "Nothing measurable": under 1% of one core, with no file touched.
 const TARGET_IDLE_CPU_PCT: f64 = 1.0;
 /// The conntrack collector at full tables, at its default interval.

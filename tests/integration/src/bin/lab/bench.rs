@@ -132,7 +132,15 @@ pub fn run(bench: Bench) -> Result<()> {
                 &records,
                 &notes,
                 &[],
-            )
+            )?;
+            // The targets after the tables, in the same file.
+            let md = absolute(&out).join("scale.md");
+            let mut text = std::fs::read_to_string(&md)?;
+            let targets = scale::targets::markdown(&records);
+            print!("{targets}");
+            text.push_str(&targets);
+            std::fs::write(&md, text)?;
+            Ok(())
         }
         Bench::Kubelet {
             sequential,
