@@ -46,7 +46,8 @@ impl Source {
 
 pub enum Feed {
     Manifests { dir: PathBuf },
-    Api { cluster: Cluster },
+    // Boxed: the server, its runtime and client dwarf a path.
+    Api { cluster: Box<Cluster> },
 }
 
 impl Feed {
@@ -67,7 +68,7 @@ impl Feed {
                 Ok((Self::Manifests { dir }, note))
             }
             Source::Api => {
-                let cluster = Cluster::start()?;
+                let cluster = Box::new(Cluster::start()?);
                 load(&cluster, svcs, m)?;
                 let note = format!(
                     "created {} Services and {} EndpointSlices ({m} endpoints each) through the test API server in {:.2} s, before the agent started",
