@@ -54,6 +54,13 @@ struct RunArgs {
     /// this agent has programmed it.
     #[arg(long, value_name = "HOST:PORT")]
     k8s_api_server: Option<String>,
+    /// Take the initial Services and EndpointSlices as a watch stream
+    /// (`sendInitialEvents`) instead of paginated lists: no page of 500
+    /// objects buffered at a time, and one request per kind. Needs an API
+    /// server with the WatchList feature (beta from Kubernetes 1.32); one
+    /// without it refuses the watch, and the agent then never syncs.
+    #[arg(long, value_name = "BOOL", default_value_t = false, action = clap::ArgAction::Set)]
+    streaming_lists: bool,
     /// This node's name: endpoints with this nodeName are local.
     #[arg(long, env = "NODE_NAME", value_name = "NAME")]
     node_name: Option<String>,
@@ -588,6 +595,7 @@ async fn run_async(args: RunArgs, node: String) -> Result<()> {
                 client,
                 node: node.clone(),
                 uids,
+                streaming_lists: args.streaming_lists,
                 reports,
                 metrics: metrics.clone(),
                 health: health.clone(),

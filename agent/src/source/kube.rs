@@ -127,6 +127,8 @@ pub struct KubeSource {
     pub node: String,
     /// Kept as the Services are watched, for the Event writer.
     pub uids: Uids,
+    /// Initial state from a watch with `sendInitialEvents` rather than lists.
+    pub streaming_lists: bool,
     pub reports: Reports,
     pub metrics: Arc<Metrics>,
     pub health: Arc<Health>,
@@ -146,11 +148,15 @@ impl KubeSource {
             client,
             node,
             uids,
+            streaming_lists,
             reports,
             metrics,
             health,
         } = self;
-        let cfg = watcher::Config::default().labels(SELECTOR);
+        let mut cfg = watcher::Config::default().labels(SELECTOR);
+        if streaming_lists {
+            cfg = cfg.streaming_lists();
+        }
         let svc = watcher(Api::<Service>::all(client.clone()), cfg.clone())
             .default_backoff()
             .map(|e| Item::Service(Box::new(e)));

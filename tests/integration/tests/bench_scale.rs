@@ -33,7 +33,7 @@ fn print(records: &[Record], notes: &[String]) {
 #[test]
 fn small_run_reports_every_metric_and_leaves_nothing() -> Result<()> {
     let (records, notes) = scale::run(&ScaleOptions {
-        sources: vec![Source::Manifests, Source::Api],
+        sources: vec![Source::Manifests, Source::Api, Source::ApiStreaming],
         // Over kube-rs's page of 500, so the API server's lists come in
         // pages, as at scale.
         services: 1000,
@@ -46,8 +46,8 @@ fn small_run_reports_every_metric_and_leaves_nothing() -> Result<()> {
     print(&records, &notes);
     for (metric, source) in METRICS
         .iter()
-        .flat_map(|m| ["manifests", "api"].map(|s| (*m, s)))
-        .filter(|&(m, s)| m != SERVER_CPU || s == "api")
+        .flat_map(|m| ["manifests", "api", "api-streaming"].map(|s| (*m, s)))
+        .filter(|&(m, s)| m != SERVER_CPU || s != "manifests")
     {
         let found: Vec<_> = records
             .iter()
@@ -106,7 +106,7 @@ fn full_scale() -> Result<()> {
         std::env::var(name).map_or(Ok(default), |v| Ok(v.parse()?))
     };
     let opts = ScaleOptions {
-        sources: vec![Source::Manifests, Source::Api],
+        sources: vec![Source::Manifests, Source::Api, Source::ApiStreaming],
         services: var("WEIR_SCALE_SERVICES", 100_000)?,
         endpoints: var("WEIR_SCALE_ENDPOINTS", 10)?,
         changes: var("WEIR_SCALE_CHANGES", 200)?,

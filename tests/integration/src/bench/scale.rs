@@ -201,7 +201,7 @@ fn run_one(opts: &ScaleOptions, source: Source) -> Result<(Vec<Record>, Vec<Stri
         capacity(m + 1)?,
         capacity(m)?
     ));
-    if source == Source::Api {
+    if source != Source::Manifests {
         // The server runs in this process, which otherwise only polls the
         // agent's log: its CPU over the sync is the server's share.
         record(SERVER_CPU, "s", lab_cpu);
@@ -252,7 +252,7 @@ fn run_one(opts: &ScaleOptions, source: Source) -> Result<(Vec<Record>, Vec<Stri
         "single changes ({} → master count in the map): p50 {p50:.3} ms, p99 {p99:.3} ms, max {max:.3} ms over {}",
         match source {
             Source::Manifests => "rename",
-            Source::Api => "PATCH of the EndpointSlice",
+            Source::Api | Source::ApiStreaming => "PATCH of the EndpointSlice",
         },
         samples.len()
     ));

@@ -31,8 +31,11 @@ pub enum Source {
     /// Manifest files in a directory (`--manifests`), one per Service.
     Manifests,
     /// The test API server (`--kubeconfig`), holding every object before
-    /// the agent starts.
+    /// the agent starts; paginated lists, then watches.
     Api,
+    /// As `api`, with `--streaming-lists`: the initial state as a watch
+    /// stream (`sendInitialEvents`).
+    ApiStreaming,
 }
 
 impl Source {
@@ -40,14 +43,20 @@ impl Source {
         match self {
             Self::Manifests => "manifests",
             Self::Api => "api",
+            Self::ApiStreaming => "api-streaming",
         }
     }
 }
 
 pub enum Feed {
-    Manifests { dir: PathBuf },
+    Manifests {
+        dir: PathBuf,
+    },
     // Boxed: the server, its runtime and client dwarf a path.
-    Api { cluster: Box<Cluster> },
+    Api {
+        cluster: Box<Cluster>,
+        streaming: bool,
+    },
 }
 
 impl Feed {
@@ -67,7 +76,7 @@ impl Feed {
                 );
                 Ok((Self::Manifests { dir }, note))
             }
-            Source::Api => {
+            Source::Api | Source::ApiStreaming => {
                 let cluster = Box::new(Cluster::start()?);
                 load(&cluster, svcs, m)?;
                 let note = format!(
@@ -76,7 +85,8 @@ impl Feed {
                     svcs.len(),
                     started.elapsed().as_secs_f64()
                 );
-                Ok((Self::Api { cluster }, note))
+                let streaming = source == Source::ApiStreaming;
+                Ok((Self::Api { cluster, streaming }, note))
             }
         }
     }
@@ -85,13 +95,14 @@ impl Feed {
     pub fn agent_args(&self) -> Vec<OsString> {
         match self {
             Self::Manifests { dir } => vec!["--manifests".into(), dir.into()],
-            Self::Api { cluster } => vec![
+            Self::Api { cluster, streaming } => vec![
                 "--kubeconfig".into(),
                 cluster.kubeconfig().into(),
                 "--node-name".into(),
                 NODE.into(),
                 "--namespace".into(),
                 "kube-system".into(),
+                format!("--streaming-lists={streaming}").into(),
             ],
         }
     }
@@ -110,7 +121,7 @@ impl Feed {
                 std::fs::rename(&tmp, dir.join(&file))?;
                 Ok(at)
             }
-            Self::Api { cluster } => {
+            Self::Api { cluster, .. } => {
                 let api: Api<EndpointSlice> = cluster.api(&svc.namespace);
                 let patch = Patch::Merge(json!({ "endpoints": endpoints_json(eps) }));
                 let at = Instant::now();
@@ -134,7 +145,7 @@ impl Feed {
                     self.write(svc, eps)?;
                 }
             }
-            Self::Api { cluster } => cluster.block_on(async {
+            Self::Api { cluster, .. } => cluster.block_on(async {
                 let mut tasks = tokio::task::JoinSet::new();
                 for (k, (svc, eps)) in writes.into_iter().enumerate() {
                     let due = tokio::time::Instant::from_std(start + gap * u32::try_from(k)?);

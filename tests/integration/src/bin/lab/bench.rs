@@ -35,7 +35,11 @@ pub enum Bench {
     /// test API server.
     Scale {
         /// Where the agent reads the Services from; each is a run of its own.
-        #[arg(long, value_delimiter = ',', default_value = "manifests,api")]
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "manifests,api,api-streaming"
+        )]
         source: Vec<scale::Source>,
         #[arg(long, default_value_t = 100_000)]
         services: u32,
