@@ -506,6 +506,19 @@ pub struct EndpointSpec {
 }
 
 impl EndpointSpec {
+    /// A ready endpoint at one address, on no node and without hints.
+    pub fn ready(addr: IpAddr) -> Self {
+        Self {
+            addrs: [addr].into_iter().collect(),
+            ready: true,
+            serving: true,
+            terminating: false,
+            node_name: None,
+            zone_hints: Box::default(),
+            node_hints: Box::default(),
+        }
+    }
+
     /// The state the datapath gives this endpoint, or `None` when it has no
     /// place there at all (not serving and not terminating: a pod that is not
     /// ready yet, or failed its readiness probe).

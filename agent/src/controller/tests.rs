@@ -302,15 +302,7 @@ fn with_backends(name: &str, ip: [u8; 4], backends: u8) -> Vec<Change> {
             proto: Protocol::Tcp,
         }],
         endpoints: (1..=backends)
-            .map(|last| EndpointSpec {
-                addrs: [IpAddr::from([10, 0, ip[3], last])].into_iter().collect(),
-                ready: true,
-                serving: true,
-                terminating: false,
-                node_name: None,
-                zone_hints: Box::default(),
-                node_hints: Box::default(),
-            })
+            .map(|last| EndpointSpec::ready(IpAddr::from([10, 0, ip[3], last])))
             .collect(),
     };
     vec![Change::service(svc), Change::slice(slice)]

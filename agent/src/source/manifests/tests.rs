@@ -113,15 +113,7 @@ fn slice(name: &str, service: &str, endpoints: Vec<EndpointSpec>) -> SliceSpec {
 }
 
 fn ready(addr: [u8; 4]) -> EndpointSpec {
-    EndpointSpec {
-        addrs: [IpAddr::from(addr)].into_iter().collect(),
-        ready: true,
-        serving: true,
-        terminating: false,
-        node_name: None,
-        zone_hints: Box::default(),
-        node_hints: Box::default(),
-    }
+    EndpointSpec::ready(IpAddr::from(addr))
 }
 
 const NONE: [Change; 0] = [];
