@@ -111,8 +111,13 @@ impl ManifestDir {
     /// found it changed would scan all of it, stalling the rename that
     /// follows; everything before these events was seen through events.
     pub fn restamp(&mut self) {
-        if self.dir_stamp.is_some() {
-            self.dir_stamp = dir_stamp(&self.dir);
+        let now = dir_stamp(&self.dir);
+        // The same directory only: one put in its place (a link to it
+        // swapped) is not the one watched, and only a full scan sees it.
+        if let (Some(old), Some(new)) = (&self.dir_stamp, &now)
+            && old.ino == new.ino
+        {
+            self.dir_stamp = now;
         }
     }
 

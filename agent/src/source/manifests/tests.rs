@@ -478,6 +478,23 @@ fn the_directory_stamp_tells_a_periodic_check_whether_to_rescan() {
 }
 
 #[test]
+fn restamping_never_hides_a_directory_put_in_place_of_the_watched_one() {
+    let root = TempDir::new("swap");
+    for d in ["one", "two"] {
+        std::fs::create_dir(root.0.join(d)).unwrap();
+    }
+    let link = root.0.join("current");
+    std::os::unix::fs::symlink("one", &link).unwrap();
+    let mut md = ManifestDir::new(&link);
+    assert!(md.scan().unwrap().is_empty());
+    // The link swapped atomically, as a ConfigMap volume swaps `..data`.
+    std::os::unix::fs::symlink("two", root.0.join("next")).unwrap();
+    std::fs::rename(root.0.join("next"), &link).unwrap();
+    md.restamp();
+    assert!(md.dir_changed(), "only a full scan sees the new directory");
+}
+
+#[test]
 fn a_generated_file_with_thousands_of_documents_loads() {
     let dir = TempDir::new("big");
     let n = 3_000;
