@@ -31,7 +31,11 @@ pub struct State {
 }
 
 pub fn json_response(code: u16, v: &Value) -> Response<Body> {
-    let body = serde_json::to_vec(v).unwrap_or_default();
+    json_bytes_response(code, serde_json::to_vec(v).unwrap_or_default())
+}
+
+/// A JSON body already serialized.
+pub fn json_bytes_response(code: u16, body: Vec<u8>) -> Response<Body> {
     Response::builder()
         .status(StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR))
         .header(header::CONTENT_TYPE, "application/json")

@@ -428,6 +428,31 @@ async fn selectors_and_pagination() {
     assert_eq!(sorted.len(), 8);
     let first = api.list(&ListParams::default().limit(3)).await.unwrap();
     assert_eq!(first.metadata.remaining_item_count, Some(5));
+    // On the wire, as from a real server: the list has type meta, its
+    // items do not.
+    let raw = client
+        .request_text(
+            http::Request::get("/api/v1/namespaces/default/configmaps?limit=3")
+                .body(Vec::new())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let raw: serde_json::Value = serde_json::from_str(&raw).unwrap();
+    assert_eq!(
+        (raw["kind"].as_str(), raw["apiVersion"].as_str()),
+        (Some("ConfigMapList"), Some("v1"))
+    );
+    let items = raw["items"].as_array().unwrap();
+    assert_eq!(items.len(), 3);
+    assert!(
+        items
+            .iter()
+            .all(|i| i.get("kind").is_none() && i.get("apiVersion").is_none()),
+        "{raw}"
+    );
+    assert_eq!(items[0]["metadata"]["name"], "c0");
+    assert_eq!(items[0]["data"]["k"], "v");
 
     // With a selector: pages hold only matches and the count of the rest
     // is not given. As etcd's paging, a full page continues while any key
