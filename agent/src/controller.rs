@@ -64,7 +64,7 @@ pub struct Controller<M> {
     /// to take every node out of its load balancers by creating one.
     broken: BTreeSet<ServiceId>,
     /// The failure each failing Service was last reported for
-    /// ([`ReconcileError::identity`]).
+    /// ([`ReconcileError::identity`], else the message).
     last_error: HashMap<ServiceId, String>,
     synced: bool,
     /// Services changed before the source's first complete view, synced
@@ -300,7 +300,7 @@ impl<M: LbMaps> Controller<M> {
                 } else {
                     self.broken.remove(id);
                 }
-                let identity = e.identity();
+                let identity = e.identity().unwrap_or_else(|| msg.clone());
                 if self.last_error.get(id) == Some(&identity) {
                     debug!(service = %id, "still failing: {msg}");
                 } else {

@@ -70,19 +70,21 @@ impl ReconcileError {
         matches!(self, Self::Map { .. } | Self::RollbackFailed { .. })
     }
 
-    /// What makes two failures the same failure, for reporting it once. The
-    /// counts in a full map's message are not part of it: the agent changes
-    /// them itself (refusing the new frontends takes entries), so a retry a
-    /// moment later reads differently while nothing about it is new.
-    pub fn identity(&self) -> String {
+    /// What makes two failures of this kind the same failure, for
+    /// reporting it once, where the message will not do: a full map's
+    /// message holds counts the agent changes itself (refusing the new
+    /// frontends takes entries), so a retry a moment later reads
+    /// differently while nothing about it is new. `None`: the message is
+    /// the identity.
+    pub fn identity(&self) -> Option<String> {
         match self {
-            Self::MapFull { service, map, .. } => format!("{service}: map {map} full"),
+            Self::MapFull { service, map, .. } => Some(format!("{service}: map {map} full")),
             Self::TooManyBackends {
                 service, frontend, ..
-            } => format!("{service}: frontend {frontend} has too many backends"),
-            Self::FrontendConflict { .. } | Self::Map { .. } | Self::RollbackFailed { .. } => {
-                self.to_string()
-            }
+            } => Some(format!(
+                "{service}: frontend {frontend} has too many backends"
+            )),
+            Self::FrontendConflict { .. } | Self::Map { .. } | Self::RollbackFailed { .. } => None,
         }
     }
 }
