@@ -122,10 +122,9 @@ impl Feed {
                 Ok(at)
             }
             Self::Api { cluster, .. } => {
-                let api: Api<EndpointSlice> = cluster.api(&svc.namespace);
-                let patch = Patch::Merge(json!({ "endpoints": endpoints_json(eps) }));
+                let patch = patch_endpoints(cluster, svc, eps);
                 let at = Instant::now();
-                cluster.block_on(api.patch(&slice_name(svc), &PatchParams::default(), &patch))?;
+                cluster.block_on(patch)?;
                 Ok(at)
             }
         }
@@ -150,13 +149,7 @@ impl Feed {
                 for (k, (svc, eps)) in writes.into_iter().enumerate() {
                     let due = tokio::time::Instant::from_std(start + gap * u32::try_from(k)?);
                     tokio::time::sleep_until(due).await;
-                    let api: Api<EndpointSlice> = cluster.api(&svc.namespace);
-                    let patch = Patch::Merge(json!({ "endpoints": endpoints_json(&eps) }));
-                    tasks.spawn(async move {
-                        api.patch(&slice_name(&svc), &PatchParams::default(), &patch)
-                            .await
-                            .map(drop)
-                    });
+                    tasks.spawn(patch_endpoints(cluster, &svc, &eps));
                 }
                 while let Some(done) = tasks.join_next().await {
                     done??;
@@ -229,6 +222,23 @@ fn load(cluster: &Cluster, svcs: &[Svc], m: u32) -> Result<()> {
         }
         anyhow::Ok(())
     })
+}
+
+/// The merge PATCH that gives `svc`'s slice the endpoints `eps`, built
+/// before it is awaited so that timing it leaves the JSON out.
+fn patch_endpoints(
+    cluster: &Cluster,
+    svc: &Svc,
+    eps: &[u32],
+) -> impl Future<Output = kube::Result<()>> + Send + 'static {
+    let api: Api<EndpointSlice> = cluster.api(&svc.namespace);
+    let name = slice_name(svc);
+    let patch = Patch::Merge(json!({ "endpoints": endpoints_json(eps) }));
+    async move {
+        api.patch(&name, &PatchParams::default(), &patch)
+            .await
+            .map(drop)
+    }
 }
 
 fn slice_name(svc: &Svc) -> String {
