@@ -276,8 +276,8 @@ struct Unbound<'a> {
 impl Unbound<'_> {
     fn label(&self) -> ListenerLabel {
         ListenerLabel {
-            namespace: self.state.id.namespace.clone(),
-            service: self.state.id.name.clone(),
+            namespace: self.state.id.namespace().to_owned(),
+            service: self.state.id.name().to_owned(),
             address: self.addr.to_string(),
         }
     }
@@ -375,8 +375,8 @@ fn body(id: &ServiceId, count: usize, healthy: bool) -> String {
     let q = |s: &str| serde_json::to_string(s).unwrap_or_else(|_| "\"\"".to_owned());
     format!(
         "{{\n\t\"service\": {{\n\t\t\"namespace\": {},\n\t\t\"name\": {}\n\t}},\n\t\"localEndpoints\": {count},\n\t\"serviceProxyHealthy\": {healthy}\n}}",
-        q(&id.namespace),
-        q(&id.name),
+        q(id.namespace()),
+        q(id.name()),
     )
 }
 

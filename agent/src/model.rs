@@ -1,27 +1,94 @@
 //! Domain types: what the agent wants the datapath to do, free of Kubernetes wire
 //! types and of map layouts. Sources convert into these at the edge; the planner
 //! converts them into map entries.
-use std::{fmt, net::IpAddr};
+use std::{fmt, net::IpAddr, sync::Arc};
 
 /// Namespace and name of a Service.
-#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+///
+/// One allocation, shared by every clone: the store, its indexes, the
+/// reconciler and the controller each key something by Service, and at 100k
+/// Services two owned `String`s per copy cost more than the Services
+/// themselves.
+#[derive(Clone)]
 pub struct ServiceId {
-    pub namespace: String,
-    pub name: String,
+    /// `namespace` then `name`, without separator: a `/` would sort `a-b/x`
+    /// before `a/x`, and the order must be that of (namespace, name).
+    text: Arc<str>,
+    split: u32,
 }
 
 impl ServiceId {
-    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+    pub fn new(namespace: impl AsRef<str>, name: impl AsRef<str>) -> Self {
+        let (namespace, name) = (namespace.as_ref(), name.as_ref());
+        let mut text = String::with_capacity(namespace.len() + name.len());
+        text.push_str(namespace);
+        text.push_str(name);
         Self {
-            namespace: namespace.into(),
-            name: name.into(),
+            text: text.into(),
+            // Kubernetes names and namespaces are at most 253 bytes; a
+            // longer one is refused at the edge long before.
+            split: u32::try_from(namespace.len()).expect("namespace under 4 GiB"),
         }
+    }
+
+    pub fn namespace(&self) -> &str {
+        &self.text[..self.split as usize]
+    }
+
+    pub fn name(&self) -> &str {
+        &self.text[self.split as usize..]
+    }
+
+    fn parts(&self) -> (&str, &str) {
+        (self.namespace(), self.name())
+    }
+}
+
+impl Default for ServiceId {
+    fn default() -> Self {
+        Self::new("", "")
+    }
+}
+
+impl PartialEq for ServiceId {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.text, &other.text)
+            || (self.split == other.split && self.text == other.text)
+    }
+}
+
+impl Eq for ServiceId {}
+
+impl std::hash::Hash for ServiceId {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.parts().hash(state);
+    }
+}
+
+impl PartialOrd for ServiceId {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for ServiceId {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.parts().cmp(&other.parts())
+    }
+}
+
+impl fmt::Debug for ServiceId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ServiceId")
+            .field("namespace", &self.namespace())
+            .field("name", &self.name())
+            .finish()
     }
 }
 
 impl fmt::Display for ServiceId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.namespace, self.name)
+        write!(f, "{}/{}", self.namespace(), self.name())
     }
 }
 
@@ -482,41 +549,68 @@ pub struct SlicePortSpec {
     pub proto: Protocol,
 }
 
-/// An endpoint's addresses: almost always one (the API calls them fungible
-/// and consumers may use only the first), so held inline, without an
-/// allocation per endpoint (a million of them at 100k Services).
-pub type Addrs = smallvec::SmallVec<[IpAddr; 1]>;
-
 /// One endpoint with its conditions resolved as the API defines their defaults.
-/// Held a million times at 100k Services, so boxed slices rather than `Vec`s.
+///
+/// Held a million times at 100k Services, so laid out for the common case:
+/// one address, no hints, inline (48 bytes); anything rarer is boxed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EndpointSpec {
-    /// All of the slice's family.
-    pub addrs: Addrs,
+    /// The first address; all are of the slice's family.
+    pub addr: IpAddr,
     pub ready: bool,
     pub serving: bool,
     pub terminating: bool,
     /// `nodeName`: the endpoint is local when it names this agent's node.
     pub node_name: Option<Box<str>>,
+    /// Further addresses and topology hints, when there are any.
+    pub extra: Option<Box<EndpointExtra>>,
+}
+
+/// The rare parts of an endpoint.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EndpointExtra {
+    /// Addresses after the first (the API calls them fungible and consumers
+    /// may use only the first).
+    pub more_addrs: Vec<IpAddr>,
     /// `hints.forZones[].name`, set by the EndpointSlice controller for
     /// topology-aware routing and `trafficDistribution: PreferClose`.
-    pub zone_hints: Box<[String]>,
+    pub zone_hints: Vec<String>,
     /// `hints.forNodes[].name` (`trafficDistribution: PreferSameNode`).
-    pub node_hints: Box<[String]>,
+    pub node_hints: Vec<String>,
+}
+
+impl EndpointExtra {
+    /// `None` when there is nothing in it, so that the endpoint stays unboxed.
+    pub fn boxed(self) -> Option<Box<Self>> {
+        (self != Self::default()).then(|| Box::new(self))
+    }
 }
 
 impl EndpointSpec {
     /// A ready endpoint at one address, on no node and without hints.
-    pub fn ready(addr: IpAddr) -> Self {
+    pub const fn ready(addr: IpAddr) -> Self {
         Self {
-            addrs: [addr].into_iter().collect(),
+            addr,
             ready: true,
             serving: true,
             terminating: false,
             node_name: None,
-            zone_hints: Box::default(),
-            node_hints: Box::default(),
+            extra: None,
         }
+    }
+
+    /// Every address, the first first.
+    pub fn addrs(&self) -> impl Iterator<Item = IpAddr> + '_ {
+        let more = self.extra.as_deref().map_or(&[][..], |e| &e.more_addrs);
+        std::iter::once(self.addr).chain(more.iter().copied())
+    }
+
+    pub fn zone_hints(&self) -> &[String] {
+        self.extra.as_deref().map_or(&[], |e| &e.zone_hints)
+    }
+
+    pub fn node_hints(&self) -> &[String] {
+        self.extra.as_deref().map_or(&[], |e| &e.node_hints)
     }
 
     /// The state the datapath gives this endpoint, or `None` when it has no

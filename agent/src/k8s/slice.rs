@@ -3,7 +3,9 @@ use std::net::IpAddr;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use super::{Converted, FieldError, LABEL_SERVICE_NAME, ObjectError, Problem, port, protocol};
-use crate::model::{Addrs, EndpointSpec, IpFamily, ServiceId, SliceId, SlicePortSpec, SliceSpec};
+use crate::model::{
+    EndpointExtra, EndpointSpec, IpFamily, ServiceId, SliceId, SlicePortSpec, SliceSpec,
+};
 
 /// What became of an EndpointSlice.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -84,7 +86,7 @@ pub fn slice(eps: &EndpointSlice) -> Result<SliceOutcome, ObjectError> {
 
     let mut endpoints = Vec::with_capacity(eps.endpoints.len());
     for (i, ep) in eps.endpoints.iter().enumerate() {
-        let mut addrs = Addrs::new();
+        let mut addrs: Vec<IpAddr> = Vec::new();
         for (j, a) in ep.addresses.iter().enumerate() {
             let field = || format!("endpoints[{i}].addresses[{j}]");
             // One bad address costs that address, not the slice.
@@ -108,21 +110,14 @@ pub fn slice(eps: &EndpointSlice) -> Result<SliceOutcome, ObjectError> {
         if addrs.is_empty() {
             continue;
         }
+        let addr = addrs.remove(0);
         let c = ep.conditions.clone().unwrap_or_default();
         // API defaults: unknown readiness counts as ready, serving defers to
         // ready, and terminating defaults to false.
         let ready = c.ready.unwrap_or(true);
         let hints = ep.hints.as_ref();
-        endpoints.push(EndpointSpec {
-            addrs,
-            ready,
-            serving: c.serving.unwrap_or(ready),
-            terminating: c.terminating.unwrap_or(false),
-            node_name: ep
-                .node_name
-                .as_deref()
-                .filter(|n| !n.is_empty())
-                .map(Box::from),
+        let extra = EndpointExtra {
+            more_addrs: addrs,
             zone_hints: hints
                 .and_then(|h| h.for_zones.as_ref())
                 .into_iter()
@@ -135,6 +130,18 @@ pub fn slice(eps: &EndpointSlice) -> Result<SliceOutcome, ObjectError> {
                 .flatten()
                 .map(|n| n.name.clone())
                 .collect(),
+        };
+        endpoints.push(EndpointSpec {
+            addr,
+            ready,
+            serving: c.serving.unwrap_or(ready),
+            terminating: c.terminating.unwrap_or(false),
+            node_name: ep
+                .node_name
+                .as_deref()
+                .filter(|n| !n.is_empty())
+                .map(Box::from),
+            extra: extra.boxed(),
         });
     }
 

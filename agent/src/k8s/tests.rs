@@ -60,7 +60,7 @@ fn service_converts_with_defaults() {
     );
     let mut v = good_service();
     v["metadata"].as_object_mut().unwrap().remove("namespace");
-    assert_eq!(service(&svc(v)).unwrap().value.id.namespace, "default");
+    assert_eq!(service(&svc(v)).unwrap().value.id.namespace(), "default");
 }
 
 #[test]
@@ -270,7 +270,12 @@ fn bad_addresses_are_warnings_that_cost_only_themselves() {
         {"addresses": ["10.0.0.3"]},
     ]);
     let c = ipv4(v);
-    let addrs: Vec<Vec<IpAddr>> = c.value.endpoints.iter().map(|e| e.addrs.to_vec()).collect();
+    let addrs: Vec<Vec<IpAddr>> = c
+        .value
+        .endpoints
+        .iter()
+        .map(|e| e.addrs().collect())
+        .collect();
     assert_eq!(
         addrs,
         [
@@ -304,7 +309,7 @@ fn ipv6_slices_convert_and_drop_addresses_of_the_other_family() {
         .iter()
         .map(|a| a.parse().unwrap())
         .collect();
-    assert_eq!(c.value.endpoints[0].addrs.to_vec(), want);
+    assert_eq!(c.value.endpoints[0].addrs().collect::<Vec<_>>(), want);
     assert_eq!(fields_of(&c.warnings), ["endpoints[0].addresses[1]"]);
     assert!(matches!(
         c.warnings[0].problem,
@@ -384,13 +389,12 @@ fn endpoint_conditions_follow_the_api_defaults() {
         }
         let c = ipv4(v);
         let want = EndpointSpec {
-            addrs: [IpAddr::from([10, 0, 0, 1])].into_iter().collect(),
+            addr: IpAddr::from([10, 0, 0, 1]),
             ready,
             serving,
             terminating,
             node_name: None,
-            zone_hints: Box::default(),
-            node_hints: Box::default(),
+            extra: None,
         };
         assert_eq!(want.backend_state(), state, "{conditions}");
         assert_eq!(c.value.endpoints, [want], "{conditions}");
@@ -430,8 +434,8 @@ fn endpoint_node_and_hints_are_kept() {
     let c = ipv4(v);
     let e = &c.value.endpoints;
     assert_eq!(e[0].node_name.as_deref(), Some("node-a"));
-    assert_eq!(*e[0].zone_hints, ["z1"]);
-    assert_eq!(*e[0].node_hints, ["node-a"]);
+    assert_eq!(e[0].zone_hints(), ["z1"]);
+    assert_eq!(e[0].node_hints(), ["node-a"]);
     assert_eq!(e[1].node_name, None);
-    assert!(e[1].zone_hints.is_empty() && e[1].node_hints.is_empty());
+    assert_eq!(e[1].extra, None);
 }

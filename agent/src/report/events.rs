@@ -84,8 +84,8 @@ pub async fn run(recorder: Recorder, uids: Uids, mut rx: mpsc::Receiver<Report>)
         let reference = ObjectReference {
             api_version: Some("v1".into()),
             kind: Some("Service".into()),
-            namespace: Some(service.namespace.clone()),
-            name: Some(service.name.clone()),
+            namespace: Some(service.namespace().to_owned()),
+            name: Some(service.name().to_owned()),
             uid,
             ..ObjectReference::default()
         };

@@ -43,7 +43,7 @@ pub fn local_ready(candidates: &[Candidate<'_>], node: &NodeInfo) -> Vec<IpAddr>
             ep.node_name.as_deref() == Some(node.name.as_str())
                 && ep.backend_state() == Some(BackendState::Active)
         })
-        .filter_map(|(_, ep)| ep.addrs.first().copied())
+        .map(|(_, ep)| ep.addr)
         .collect()
 }
 
@@ -86,7 +86,7 @@ pub fn backends_for(
         if !admitted {
             continue;
         }
-        for &addr in &ep.addrs {
+        for addr in ep.addrs() {
             best.entry((addr, port))
                 .and_modify(|s| *s = (*s).min(state))
                 .or_insert(state);
@@ -116,8 +116,8 @@ impl Scope {
     fn admits_unhinted(self, ep: &EndpointSpec) -> bool {
         match self {
             Self::All | Self::Local => false,
-            Self::SameNode => ep.node_hints.is_empty(),
-            Self::SameZone => ep.zone_hints.is_empty(),
+            Self::SameNode => ep.node_hints().is_empty(),
+            Self::SameZone => ep.zone_hints().is_empty(),
         }
     }
 
@@ -125,11 +125,11 @@ impl Scope {
         match self {
             Self::All => true,
             Self::Local => ep.node_name.as_deref() == Some(node.name.as_str()),
-            Self::SameNode => ep.node_hints.contains(&node.name),
+            Self::SameNode => ep.node_hints().contains(&node.name),
             Self::SameZone => node
                 .zone
                 .as_ref()
-                .is_some_and(|z| ep.zone_hints.iter().any(|h| h == z)),
+                .is_some_and(|z| ep.zone_hints().iter().any(|h| h == z)),
         }
     }
 }
@@ -142,17 +142,17 @@ fn topology_scope<'a>(eps: impl Iterator<Item = &'a EndpointSpec>, node: &NodeIn
     let (mut all_node_hints, mut for_node) = (true, false);
     let (mut all_zone_hints, mut for_zone) = (true, false);
     for ep in eps.filter(|ep| ep.ready) {
-        if ep.node_hints.is_empty() {
+        if ep.node_hints().is_empty() {
             all_node_hints = false;
-        } else if ep.node_hints.contains(&node.name) {
+        } else if ep.node_hints().contains(&node.name) {
             for_node = true;
         }
-        if ep.zone_hints.is_empty() {
+        if ep.zone_hints().is_empty() {
             all_zone_hints = false;
         } else if node
             .zone
             .as_ref()
-            .is_some_and(|z| ep.zone_hints.iter().any(|h| h == z))
+            .is_some_and(|z| ep.zone_hints().iter().any(|h| h == z))
         {
             for_zone = true;
         }

@@ -77,13 +77,12 @@ fn slice(name: &str, family: IpFamily, eps: &[(&str, &str, bool)]) -> SliceSpec 
         endpoints: eps
             .iter()
             .map(|&(a, node, ready)| EndpointSpec {
-                addrs: [ip(a)].into_iter().collect(),
+                addr: ip(a),
                 ready,
                 serving: true,
                 terminating: !ready,
                 node_name: Some(node.into()),
-                zone_hints: Box::default(),
-                node_hints: Box::default(),
+                extra: None,
             })
             .collect(),
     }

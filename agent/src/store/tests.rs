@@ -2,7 +2,8 @@ use std::net::IpAddr;
 
 use super::*;
 use crate::model::{
-    BackendState, EndpointSpec, IpFamily, Protocol, ServicePortSpec, SlicePortSpec, TrafficPolicy,
+    BackendState, EndpointExtra, EndpointSpec, IpFamily, Protocol, ServicePortSpec, SlicePortSpec,
+    TrafficPolicy,
 };
 
 fn last_octet(addr: IpAddr) -> u8 {
@@ -42,13 +43,12 @@ fn slice(name: &str, service: &str, eps: &[(u8, bool, bool, bool)]) -> SliceSpec
         endpoints: eps
             .iter()
             .map(|&(last, ready, serving, terminating)| EndpointSpec {
-                addrs: [IpAddr::from([10, 0, 0, last])].into_iter().collect(),
+                addr: IpAddr::from([10, 0, 0, last]),
                 ready,
                 serving,
                 terminating,
                 node_name: None,
-                zone_hints: Box::default(),
-                node_hints: Box::default(),
+                extra: None,
             })
             .collect(),
     }
@@ -170,17 +170,17 @@ fn topo_slice(eps: &[(u8, bool)], zone_hints: bool) -> SliceSpec {
     s.endpoints = eps
         .iter()
         .map(|&(last, ready)| EndpointSpec {
-            addrs: [IpAddr::from([10, 0, 0, last])].into_iter().collect(),
+            addr: IpAddr::from([10, 0, 0, last]),
             ready,
             serving: true,
             terminating: !ready,
             node_name: Some(format!("node-{}", last % 2).into()),
-            zone_hints: if zone_hints {
-                vec![if last % 2 == 1 { "zone-a" } else { "zone-b" }.into()].into()
-            } else {
-                Box::default()
-            },
-            node_hints: Box::default(),
+            extra: zone_hints
+                .then(|| EndpointExtra {
+                    zone_hints: vec![if last % 2 == 1 { "zone-a" } else { "zone-b" }.into()],
+                    ..EndpointExtra::default()
+                })
+                .and_then(EndpointExtra::boxed),
         })
         .collect();
     s
@@ -258,13 +258,13 @@ fn zone_hints_narrow_to_this_zone_and_fall_back_as_kube_proxy_does() {
     // One ready endpoint without hints disables hints for the Service.
     store.apply(Change::Node(node("node-1", Some("zone-a"))), &mut dirty);
     let mut s = topo_slice(&[(1, true), (2, true), (3, true)], true);
-    s.endpoints[1].zone_hints = Box::default();
+    s.endpoints[1].extra = None;
     store.apply(Change::slice(s), &mut dirty);
     assert_eq!(only(addrs(&store, &id)), vec![1, 2, 3]);
 
     // A not-ready endpoint without hints does not count.
     let mut s = topo_slice(&[(1, true), (2, false), (3, true)], true);
-    s.endpoints[1].zone_hints = Box::default();
+    s.endpoints[1].extra = None;
     store.apply(Change::slice(s), &mut dirty);
     assert_eq!(only(addrs(&store, &id)), vec![1, 3]);
 }
@@ -277,7 +277,8 @@ fn node_hints_win_over_zone_hints() {
     store.apply(Change::service(svc("t", [10, 96, 0, 9])), &mut dirty);
     let mut s = topo_slice(&[(1, true), (2, true), (3, true)], true);
     for ep in &mut s.endpoints {
-        ep.node_hints = ep.node_name.iter().map(|n| n.to_string()).collect();
+        let extra = ep.extra.get_or_insert_default();
+        extra.node_hints = ep.node_name.iter().map(|n| n.to_string()).collect();
     }
     store.apply(Change::slice(s), &mut dirty);
     let got: Vec<u8> = addrs(&store, &id).into_iter().map(|(a, _)| a).collect();
@@ -317,7 +318,7 @@ fn draining_endpoints_are_narrowed_like_the_ones_they_were() {
     draining(&mut s, 2);
     draining(&mut s, 3);
     draining(&mut s, 4);
-    s.endpoints[4].zone_hints = Box::default();
+    s.endpoints[4].extra = None;
     store.apply(Change::slice(s), &mut dirty);
     assert_eq!(
         addrs(&store, &id),

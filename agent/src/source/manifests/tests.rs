@@ -351,13 +351,12 @@ fn a_bad_address_costs_only_that_address() {
     d.write("s.yaml", &slice_yaml("a-1", "a", "IPv4", eps));
     let mut md = ManifestDir::new(&d.0);
     let draining = EndpointSpec {
-        addrs: [IpAddr::from([10, 0, 0, 3])].into_iter().collect(),
+        addr: IpAddr::from([10, 0, 0, 3]),
         ready: false,
         serving: true,
         terminating: true,
         node_name: None,
-        zone_hints: Box::default(),
-        node_hints: Box::default(),
+        extra: None,
     };
     assert_eq!(
         d.scan(&mut md),
