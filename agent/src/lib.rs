@@ -12,7 +12,6 @@ pub mod controller;
 pub mod ct_gc;
 pub mod datapath;
 pub mod healthcheck;
-pub mod heap;
 pub mod inspect;
 pub mod k8s;
 pub mod kube_proxy_cleanup;

@@ -3,30 +3,26 @@
 //! converts them into map entries.
 use std::{fmt, net::IpAddr, sync::Arc};
 
-/// Namespace and name of a Service.
-///
-/// One allocation, shared by every clone: the store, its indexes, the
-/// reconciler and the controller each key something by Service, and at 100k
-/// Services two owned `String`s per copy cost more than the Services
-/// themselves.
+/// A namespaced object's namespace and name, in one allocation shared by
+/// every clone: the store, its indexes, the reconciler, the controller and
+/// the sources each key something by Service or slice, and at 100k Services
+/// two owned `String`s per copy cost more than the Services themselves.
 #[derive(Clone)]
-pub struct ServiceId {
+pub struct QualifiedName {
     /// `namespace` then `name`, without separator: a `/` would sort `a-b/x`
     /// before `a/x`, and the order must be that of (namespace, name).
     text: Arc<str>,
     split: u32,
 }
 
-impl ServiceId {
-    pub fn new(namespace: impl AsRef<str>, name: impl AsRef<str>) -> Self {
-        let (namespace, name) = (namespace.as_ref(), name.as_ref());
+impl QualifiedName {
+    fn new(namespace: &str, name: &str) -> Self {
         let mut text = String::with_capacity(namespace.len() + name.len());
         text.push_str(namespace);
         text.push_str(name);
         Self {
             text: text.into(),
-            // Kubernetes names and namespaces are at most 253 bytes; a
-            // longer one is refused at the edge long before.
+            // Kubernetes names and namespaces are at most 253 bytes.
             split: u32::try_from(namespace.len()).expect("namespace under 4 GiB"),
         }
     }
@@ -44,51 +40,108 @@ impl ServiceId {
     }
 }
 
-impl Default for ServiceId {
+impl Default for QualifiedName {
     fn default() -> Self {
         Self::new("", "")
     }
 }
 
-impl PartialEq for ServiceId {
+impl PartialEq for QualifiedName {
     fn eq(&self, other: &Self) -> bool {
         Arc::ptr_eq(&self.text, &other.text)
             || (self.split == other.split && self.text == other.text)
     }
 }
 
-impl Eq for ServiceId {}
+impl Eq for QualifiedName {}
 
-impl std::hash::Hash for ServiceId {
+impl std::hash::Hash for QualifiedName {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
         self.parts().hash(state);
     }
 }
 
-impl PartialOrd for ServiceId {
+impl PartialOrd for QualifiedName {
     fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
         Some(self.cmp(other))
     }
 }
 
-impl Ord for ServiceId {
+impl Ord for QualifiedName {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
         self.parts().cmp(&other.parts())
     }
 }
 
+impl fmt::Debug for QualifiedName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}/{:?}", self.namespace(), self.name())
+    }
+}
+
+impl fmt::Display for QualifiedName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace(), self.name())
+    }
+}
+
+/// Namespace and name of a Service.
+#[derive(Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ServiceId(QualifiedName);
+
+/// Namespace and name of an EndpointSlice.
+#[derive(Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SliceId(QualifiedName);
+
+impl ServiceId {
+    pub fn new(namespace: impl AsRef<str>, name: impl AsRef<str>) -> Self {
+        Self(QualifiedName::new(namespace.as_ref(), name.as_ref()))
+    }
+}
+
+impl SliceId {
+    pub fn new(namespace: impl AsRef<str>, name: impl AsRef<str>) -> Self {
+        Self(QualifiedName::new(namespace.as_ref(), name.as_ref()))
+    }
+}
+
+// Both ids read as the name they hold (`namespace()`, `name()`, `{}` as
+// `namespace/name`); the two types only keep Services and slices apart.
+impl std::ops::Deref for ServiceId {
+    type Target = QualifiedName;
+    fn deref(&self) -> &QualifiedName {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for SliceId {
+    type Target = QualifiedName;
+    fn deref(&self) -> &QualifiedName {
+        &self.0
+    }
+}
+
 impl fmt::Debug for ServiceId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ServiceId")
-            .field("namespace", &self.namespace())
-            .field("name", &self.name())
-            .finish()
+        write!(f, "ServiceId({:?})", self.0)
+    }
+}
+
+impl fmt::Debug for SliceId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SliceId({:?})", self.0)
     }
 }
 
 impl fmt::Display for ServiceId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.namespace(), self.name())
+        self.0.fmt(f)
+    }
+}
+
+impl fmt::Display for SliceId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
     }
 }
 
@@ -513,19 +566,6 @@ pub struct ServicePortSpec {
     pub proto: Protocol,
     /// `nodePort`, kept only for NodePort and LoadBalancer Services.
     pub node_port: Option<u16>,
-}
-
-/// Namespace and name of an EndpointSlice.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct SliceId {
-    pub namespace: String,
-    pub name: String,
-}
-
-impl fmt::Display for SliceId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.namespace, self.name)
-    }
 }
 
 /// A validated IPv4 or IPv6 EndpointSlice.

@@ -290,10 +290,7 @@ fn with_backends(name: &str, ip: [u8; 4], backends: u8) -> Vec<Change> {
         ..ServiceSpec::default()
     };
     let slice = SliceSpec {
-        id: SliceId {
-            namespace: "default".into(),
-            name: format!("{name}-1"),
-        },
+        id: SliceId::new("default", format!("{name}-1")),
         service: ServiceId::new("default", name),
         family: IpFamily::V4,
         ports: vec![SlicePortSpec {

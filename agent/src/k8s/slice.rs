@@ -150,10 +150,7 @@ pub fn slice(eps: &EndpointSlice) -> Result<SliceOutcome, ObjectError> {
     }
     Ok(SliceOutcome::Ip(Converted {
         value: SliceSpec {
-            id: SliceId {
-                namespace: namespace.clone(),
-                name,
-            },
+            id: SliceId::new(&namespace, name),
             service: ServiceId::new(namespace, service.cloned().unwrap_or_default()),
             family,
             ports,

@@ -327,10 +327,7 @@ impl State {
             Event::Init => self.slices.init(),
             Event::InitDone => out.extend(self.slices.init_done()),
             Event::Apply(eps) | Event::InitApply(eps) => {
-                let id = SliceId {
-                    namespace: eps.namespace().unwrap_or_default(),
-                    name: eps.name_any(),
-                };
+                let id = SliceId::new(eps.namespace().unwrap_or_default(), eps.name_any());
                 let outcome = match k8s::slice(&eps) {
                     Ok(SliceOutcome::Ip(c)) => {
                         if let Some(t) = trigger_time(&eps).filter(|t| *t > self.started) {
@@ -346,7 +343,7 @@ impl State {
                         let service = eps
                             .labels()
                             .get(LABEL_SERVICE_NAME)
-                            .map(|s| ServiceId::new(&id.namespace, s));
+                            .map(|s| ServiceId::new(id.namespace(), s));
                         let msg = format!("EndpointSlice {id}: {e}");
                         match service {
                             Some(svc) => self.invalid(
@@ -366,10 +363,7 @@ impl State {
                 out.extend(self.slices.apply(id, outcome));
             }
             Event::Delete(eps) => {
-                let id = SliceId {
-                    namespace: eps.namespace().unwrap_or_default(),
-                    name: eps.name_any(),
-                };
+                let id = SliceId::new(eps.namespace().unwrap_or_default(), eps.name_any());
                 out.extend(self.slices.delete(&id));
             }
         }

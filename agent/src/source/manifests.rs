@@ -341,10 +341,7 @@ fn diff(before: &BTreeMap<ObjRef, Object>, after: &BTreeMap<ObjRef, Object>) -> 
 fn delete(r: &ObjRef) -> Change {
     match r.kind {
         parse::Kind::Service => Change::DeleteService(ServiceId::new(&r.namespace, &r.name)),
-        parse::Kind::EndpointSlice => Change::DeleteSlice(SliceId {
-            namespace: r.namespace.clone(),
-            name: r.name.clone(),
-        }),
+        parse::Kind::EndpointSlice => Change::DeleteSlice(SliceId::new(&r.namespace, &r.name)),
     }
 }
 

@@ -63,10 +63,7 @@ fn node_port_svc(name: &str, node_port: u16, created: Option<i64>) -> ServiceSpe
 /// and still serving.
 fn slice(name: &str, family: IpFamily, eps: &[(&str, &str, bool)]) -> SliceSpec {
     SliceSpec {
-        id: SliceId {
-            namespace: "default".into(),
-            name: name.into(),
-        },
+        id: SliceId::new("default", name),
         service: ServiceId::new("default", "web"),
         family,
         ports: vec![SlicePortSpec {

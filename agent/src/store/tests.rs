@@ -29,10 +29,7 @@ fn svc(name: &str, ip: [u8; 4]) -> ServiceSpec {
 
 fn slice(name: &str, service: &str, eps: &[(u8, bool, bool, bool)]) -> SliceSpec {
     SliceSpec {
-        id: SliceId {
-            namespace: "default".into(),
-            name: name.into(),
-        },
+        id: SliceId::new("default", name),
         service: ServiceId::new("default", service),
         family: IpFamily::V4,
         ports: vec![SlicePortSpec {
@@ -109,10 +106,7 @@ fn states_follow_kep_1669_and_duplicates_keep_best_state() {
         ]
     );
     store.apply(
-        Change::DeleteSlice(SliceId {
-            namespace: "default".into(),
-            name: "a-2".into(),
-        }),
+        Change::DeleteSlice(SliceId::new("default", "a-2")),
         &mut dirty,
     );
     let fe = store.frontends(&ServiceId::new("default", "a"));

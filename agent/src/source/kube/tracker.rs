@@ -141,10 +141,9 @@ mod tests {
 
     fn up(n: &str) -> Outcome {
         // Any Change works as a payload; the tracker never looks inside.
-        Outcome::Upsert(Change::DeleteSlice(crate::model::SliceId {
-            namespace: "default".into(),
-            name: n.into(),
-        }))
+        Outcome::Upsert(Change::DeleteSlice(crate::model::SliceId::new(
+            "default", n,
+        )))
     }
 
     #[test]

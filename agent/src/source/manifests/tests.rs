@@ -97,10 +97,7 @@ endpoints:
 
 fn slice(name: &str, service: &str, endpoints: Vec<EndpointSpec>) -> SliceSpec {
     SliceSpec {
-        id: SliceId {
-            namespace: "default".into(),
-            name: name.into(),
-        },
+        id: SliceId::new("default", name),
         service: ServiceId::new("default", service),
         family: IpFamily::V4,
         ports: vec![SlicePortSpec {
@@ -123,10 +120,7 @@ fn del_svc(name: &str) -> Change {
 }
 
 fn del_slice(name: &str) -> Change {
-    Change::DeleteSlice(SliceId {
-        namespace: "default".into(),
-        name: name.into(),
-    })
+    Change::DeleteSlice(SliceId::new("default", name))
 }
 
 #[test]
