@@ -55,12 +55,25 @@ fn parse_rv(rv: &str) -> Result<u64, ApiError> {
 
 /// Continue tokens look like the real server's: base64 JSON with the list's
 /// resourceVersion and the key to start after.
-fn encode_continue(rv: u64, ns: &str, name: &str) -> String {
-    let raw = json!({"v": "meta.k8s.io/v1", "rv": rv, "start": format!("{ns}/{name}\u{0}")});
+/// The real server's token (`meta.k8s.io/v1`, RV, start key), plus how many
+/// keys followed the page when the list began, when they were counted: etcd
+/// counts them in the list's snapshot, and counting them again for every
+/// page made a 100k-object list quadratic.
+fn encode_continue(rv: u64, ns: &str, name: &str, remaining: Option<usize>) -> String {
+    let mut raw = json!({"v": "meta.k8s.io/v1", "rv": rv, "start": format!("{ns}/{name}\u{0}")});
+    if let Some(n) = remaining {
+        raw["remaining"] = json!(n);
+    }
     base64::engine::general_purpose::URL_SAFE.encode(raw.to_string())
 }
 
-fn decode_continue(token: &str) -> Result<(u64, String, String), ApiError> {
+struct Continue {
+    rv: u64,
+    after: (String, String),
+    remaining: Option<usize>,
+}
+
+fn decode_continue(token: &str) -> Result<Continue, ApiError> {
     let bad = || {
         ApiError::BadRequest("continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)".into())
     };
@@ -74,7 +87,13 @@ fn decode_continue(token: &str) -> Result<(u64, String, String), ApiError> {
         .ok_or_else(bad)?
         .trim_end_matches('\u{0}');
     let (ns, name) = start.split_once('/').ok_or_else(bad)?;
-    Ok((rv, ns.to_string(), name.to_string()))
+    Ok(Continue {
+        rv,
+        after: (ns.to_string(), name.to_string()),
+        remaining: v["remaining"]
+            .as_u64()
+            .and_then(|n| usize::try_from(n).ok()),
+    })
 }
 
 pub fn list(state: &State, r: &ApiRequest) -> Reply {
@@ -86,13 +105,13 @@ pub fn list(state: &State, r: &ApiRequest) -> Reply {
         None => 0,
     };
     let inner = state.store.lock();
-    let (list_rv, after) = match r.q("continue") {
+    let (list_rv, after, counted) = match r.q("continue") {
         Some(token) => {
-            let (rv, ns, name) = decode_continue(token)?;
-            if rv < inner.compacted() {
+            let c = decode_continue(token)?;
+            if c.rv < inner.compacted() {
                 return Err(ApiError::Gone("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.".into()));
             }
-            (rv, Some((ns, name)))
+            (c.rv, Some(c.after), c.remaining)
         }
         None => {
             if let Some(rv) = r.q("resourceVersion").filter(|rv| *rv != "0") {
@@ -105,7 +124,7 @@ pub fn list(state: &State, r: &ApiRequest) -> Reply {
                     )));
                 }
             }
-            (inner.rv(), None)
+            (inner.rv(), None, None)
         }
     };
     let mut items: Vec<&Value> = Vec::new();
@@ -123,22 +142,19 @@ pub fn list(state: &State, r: &ApiRequest) -> Reply {
     }
     // A full page continues whenever any key follows it, matching or not,
     // as etcd's paging does (the next page may then be empty); only
-    // without selectors is the rest counted, where counting keys is cheap.
-    // Never the rest matched on every page: a 100k-object list in pages of
-    // 500 would match 10 M objects.
+    // without selectors is the rest counted, where counting keys is cheap,
+    // and only on the first page (see `encode_continue`).
     let unselected = sel.labels.is_empty() && sel.fields.is_empty();
-    let remaining = match limit > 0 && items.len() == limit {
-        false => 0,
-        true => rest.by_ref().count(),
-    };
-    drop(rest);
+    let more = limit > 0 && items.len() == limit && rest.next().is_some();
+    let remaining = (more && unselected).then(|| match counted {
+        Some(before) => before.saturating_sub(items.len()).max(1),
+        None => 1 + rest.count(),
+    });
     let mut meta = json!({"resourceVersion": list_rv.to_string()});
-    if remaining > 0
-        && let Some((ns, name)) = next_key
-    {
-        meta["continue"] = json!(encode_continue(list_rv, &ns, &name));
-        if unselected {
-            meta["remainingItemCount"] = json!(remaining);
+    if more && let Some((ns, name)) = next_key {
+        meta["continue"] = json!(encode_continue(list_rv, &ns, &name, remaining));
+        if let Some(n) = remaining {
+            meta["remainingItemCount"] = json!(n);
         }
     }
     match view(r) {

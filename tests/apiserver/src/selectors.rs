@@ -56,6 +56,9 @@ impl LabelSelector {
     }
 
     pub fn matches(&self, obj: &Value) -> bool {
+        if self.0.is_empty() {
+            return true;
+        }
         let labels = obj.pointer("/metadata/labels").and_then(Value::as_object);
         let get = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
         self.0.iter().all(|r| match r {

@@ -411,9 +411,11 @@ async fn selectors_and_pagination() {
     let mut names = Vec::new();
     let mut lp = ListParams::default().limit(3);
     let mut pages = 0;
+    let mut counts = Vec::new();
     loop {
         let page = api.list(&lp).await.unwrap();
         pages += 1;
+        counts.push(page.metadata.remaining_item_count);
         assert!(page.items.len() <= 3);
         names.extend(page.items.into_iter().filter_map(|c| c.metadata.name));
         match page.metadata.continue_ {
@@ -422,6 +424,9 @@ async fn selectors_and_pagination() {
         }
     }
     assert_eq!(pages, 3);
+    // The later pages' counts come from the first page's, as etcd's come
+    // from the list's snapshot.
+    assert_eq!(counts, [Some(5), Some(2), None]);
     assert_eq!(names.len(), 8);
     let mut sorted = names.clone();
     sorted.dedup();
