@@ -2,7 +2,7 @@
 //! Service they touch is synced, and failures are retried without a storm of
 //! identical log lines.
 use std::{
-    collections::{BTreeSet, HashMap, HashSet},
+    collections::BTreeSet,
     net::SocketAddr,
     sync::Arc,
     time::{Duration, Instant, SystemTime},
@@ -11,6 +11,7 @@ use std::{
 use tokio::sync::mpsc;
 use tracing::{debug, error, info, warn};
 
+use crate::hash::{HashMap, HashSet};
 use crate::{
     healthcheck::HealthChecks,
     maps::LbMaps,
@@ -100,16 +101,16 @@ impl<M: LbMaps> Controller<M> {
             reconciler,
             failed: BTreeSet::new(),
             broken: BTreeSet::new(),
-            last_error: HashMap::new(),
+            last_error: HashMap::default(),
             synced: false,
             held: BTreeSet::new(),
             initial_ops: 0,
-            triggers: HashMap::new(),
-            rejected: HashMap::new(),
-            refused: HashMap::new(),
-            health_checked: HashSet::new(),
-            udp_backends: HashMap::new(),
-            udp_refs: HashMap::new(),
+            triggers: HashMap::default(),
+            rejected: HashMap::default(),
+            refused: HashMap::default(),
+            health_checked: HashSet::default(),
+            udp_backends: HashMap::default(),
+            udp_refs: HashMap::default(),
             hooks,
         };
         this.publish_gauges();

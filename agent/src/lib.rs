@@ -11,6 +11,7 @@ pub mod cleanup;
 pub mod controller;
 pub mod ct_gc;
 pub mod datapath;
+pub mod hash;
 pub mod healthcheck;
 pub mod inspect;
 pub mod k8s;

@@ -2,10 +2,11 @@
 //! pure planner, checks that the result fits, applies the operations in order and
 //! rolls a Service back to its previous state if a write fails half-way, so a
 //! Service is either fully updated or left exactly as it was.
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 use tracing::{debug, warn};
 
+use crate::hash::HashMap;
 use crate::{
     maps::{LbMaps, MapError, MapName, MapOp},
     model::{DesiredFrontend, Frontend, Scope, ServiceId},
@@ -127,8 +128,8 @@ impl<M: LbMaps> Reconciler<M> {
             ids,
             unclaimed: restored.images.keys().copied().collect(),
             images: restored.images,
-            owners: HashMap::new(),
-            by_service: HashMap::new(),
+            owners: HashMap::default(),
+            by_service: HashMap::default(),
             used: BTreeMap::new(),
         };
         for image in this.images.values() {

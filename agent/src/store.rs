@@ -9,15 +9,11 @@ mod backends;
 mod frontend_claims;
 mod frontends;
 
-use std::{
-    collections::{BTreeSet, HashMap},
-    net::IpAddr,
-    ops::RangeInclusive,
-    sync::Arc,
-};
+use std::{collections::BTreeSet, net::IpAddr, ops::RangeInclusive, sync::Arc};
 
 pub use frontends::{DesiredService, HealthCheck};
 
+use crate::hash::HashMap;
 use crate::model::{
     DesiredFrontend, Frontend, NodeInfo, Protocol, ServiceId, ServiceSpec, SliceId, SliceSpec,
 };
@@ -521,7 +517,7 @@ impl Store {
             return errors;
         }
         let me = Claim::of(svc);
-        let mut memo = HashMap::new();
+        let mut memo = HashMap::default();
         for (index, p) in svc.ports.iter().enumerate() {
             let Some(port) = p.node_port else { continue };
             // Only a claim ahead of ours can take the port from us.

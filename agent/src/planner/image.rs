@@ -1,4 +1,4 @@
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 use weir_abi::{
     Addr, BACKEND_STATE_ACTIVE, BACKEND_STATE_DRAINING, BACKEND_STATE_TERMINATING, Backend, RevNat,
@@ -7,6 +7,7 @@ use weir_abi::{
 };
 
 use super::{Allocated, Ids};
+use crate::hash::HashMap;
 use crate::{
     maps::SrcRange,
     model::{BackendState, DesiredFrontend, Frontend, FrontendKind, IpFamily},

@@ -2,10 +2,7 @@
 //! a Service that stays in the same state while the controller retries every
 //! two seconds does not produce a stream of Events, and a Service that recovers
 //! and fails again gets a new one.
-use std::{
-    collections::HashMap,
-    sync::{Arc, Mutex, PoisonError},
-};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder};
@@ -13,6 +10,7 @@ use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
 use super::{Reason, Report, Stage};
+use crate::hash::HashMap;
 use crate::model::ServiceId;
 
 /// Each watched Service's UID, for the Events' `regarding`: all the Event

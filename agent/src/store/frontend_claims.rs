@@ -20,12 +20,10 @@
 //! the one overlap left to the reconciler, which keeps the first owner.)
 //! Whether a Service is valid never depends on these claims, so settling them
 //! needs no chain of contenders (node ports do, see `Store::holds`).
-use std::{
-    collections::{BTreeSet, HashMap},
-    net::IpAddr,
-};
+use std::{collections::BTreeSet, net::IpAddr};
 
 use super::{Claim, Store, StoreError, frontends};
+use crate::hash::HashMap;
 use crate::model::{
     DesiredFrontend, Frontend, FrontendKind, NodeInfo, Scope, ServiceId, ServiceSpec, ServiceType,
 };
@@ -160,8 +158,8 @@ impl Store {
         let mut kept = Vec::with_capacity(desired.len());
         let mut refused = Vec::new();
         // Both scopes of a frontend share one verdict and one error.
-        let mut verdicts: HashMap<Frontend, bool> = HashMap::new();
-        let mut valid: HashMap<ServiceId, bool> = HashMap::new();
+        let mut verdicts: HashMap<Frontend, bool> = HashMap::default();
+        let mut valid: HashMap<ServiceId, bool> = HashMap::default();
         for d in desired {
             if d.kind == FrontendKind::NodePort {
                 kept.push(d);

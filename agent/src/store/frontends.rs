@@ -2,9 +2,9 @@
 //! (NodePort), load-balancer IP and external IP, per port and family, and a
 //! second, local-only scope of each external one under
 //! `externalTrafficPolicy: Local`.
-use std::collections::HashSet;
 
 use super::backends::{backends_for, candidates, local_ready};
+use crate::hash::HashSet;
 use crate::model::{
     Backend, DesiredFrontend, Frontend, FrontendKind, IpFamily, NodeInfo, Scope, ServiceSpec,
     ServiceType, SliceSpec, TrafficPolicy,
@@ -34,7 +34,7 @@ pub struct HealthCheck {
 pub fn desired(svc: &ServiceSpec, slices: &[&SliceSpec], node: &NodeInfo) -> DesiredService {
     let families = svc.families();
     let mut out = Vec::new();
-    let mut seen = HashSet::new();
+    let mut seen = HashSet::default();
     // eTP=Local only exists for externally accessible Services (the
     // converter resets it otherwise); it then covers all their external
     // frontends.

@@ -3,8 +3,9 @@
 //! has but the relist lacks were deleted meanwhile. The relist's changes go out
 //! as one batch at its end, so the datapath moves from the old view to the new
 //! one without ever being flushed.
-use std::{collections::HashSet, hash::Hash};
+use std::hash::Hash;
 
+use crate::hash::HashSet;
 use crate::store::Change;
 
 /// What one object means for the controller.
@@ -37,9 +38,9 @@ struct Relist<K> {
 impl<K> Default for Relist<K> {
     fn default() -> Self {
         Self {
-            seen: HashSet::new(),
-            upserted: HashSet::new(),
-            withdrawn: HashSet::new(),
+            seen: HashSet::default(),
+            upserted: HashSet::default(),
+            withdrawn: HashSet::default(),
             changes: Vec::new(),
         }
     }
@@ -48,7 +49,7 @@ impl<K> Default for Relist<K> {
 impl<K: Clone + Eq + Hash> Tracker<K> {
     pub fn new(delete: fn(&K) -> Change) -> Self {
         Self {
-            present: HashSet::new(),
+            present: HashSet::default(),
             relist: None,
             synced: false,
             delete,
