@@ -178,6 +178,7 @@ impl<M: LbMaps> Controller<M> {
                 let removed = self.prune_stale(complete);
                 if !self.synced {
                     self.synced = true;
+                    crate::heap::release_free_memory();
                     info!(
                         services = self.store.service_count(),
                         frontends = self.reconciler.frontend_count(),

@@ -13,6 +13,7 @@ pub mod ct_gc;
 pub mod datapath;
 pub mod hash;
 pub mod healthcheck;
+pub mod heap;
 pub mod inspect;
 pub mod k8s;
 pub mod kube_proxy_cleanup;

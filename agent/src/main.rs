@@ -6,14 +6,6 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 use tracing::{error, info, warn};
 
-// Loading 100k Services decodes and drops several times what the agent
-// keeps, on several threads, interleaved with what it keeps. glibc's
-// per-thread arenas kept the resident size near that peak (VmHWM 363 MiB,
-// RSS 331 MiB after malloc_trim in the API-mode scale bench); mimalloc
-// holds it at 336/335 MiB and took 15% less CPU for the same sync.
-#[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 use kube::runtime::events::{Recorder, Reporter};
 use weir_agent::{
     cleanup,
@@ -327,6 +319,7 @@ enum Output {
 }
 
 fn main() -> Result<()> {
+    weir_agent::heap::limit_arenas();
     let cli = Cli::parse();
     let format = cli.run.log_format;
     init_logging(format);
