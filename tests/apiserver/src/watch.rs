@@ -138,6 +138,24 @@ fn start(store: &Store, req: &WatchRequest) -> Result<Start, ApiError> {
     }
 }
 
+/// Joins event lines into frames of about [`FRAME_BYTES`].
+fn coalesce(lines: Vec<Bytes>) -> Vec<Bytes> {
+    let mut out = Vec::new();
+    let mut buf = bytes::BytesMut::new();
+    for line in lines {
+        buf.extend_from_slice(&line);
+        if buf.len() >= FRAME_BYTES {
+            out.push(buf.split().freeze());
+        }
+    }
+    if !buf.is_empty() {
+        out.push(buf.freeze());
+    }
+    out
+}
+
+const FRAME_BYTES: usize = 64 * 1024;
+
 /// Starts a watch; the returned receiver yields the response body's frames.
 pub fn spawn(
     store: Arc<Store>,
@@ -159,8 +177,11 @@ async fn run(
     tx: mpsc::Sender<FrameResult>,
 ) {
     let send = |b: Bytes| tx.send(Ok(Frame::data(b)));
-    for line in start.initial {
-        if send(line).await.is_err() {
+    // The real server flushes only when no event is pending, so a backlog
+    // reaches the client in large writes; a frame per event of a 100k
+    // initial list cost twice the CPU of the same objects as list pages.
+    for chunk in coalesce(start.initial) {
+        if send(chunk).await.is_err() {
             return;
         }
     }
