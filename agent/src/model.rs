@@ -683,6 +683,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn ids_order_hash_and_compare_as_namespace_then_name() {
+        use std::hash::BuildHasher as _;
+        // Without a separator in the shared text, `a-b` + `x` must still
+        // sort after `a` + `x`, as the tuple does.
+        let (a, ab) = (ServiceId::new("a", "x"), ServiceId::new("a-b", "x"));
+        assert!(a < ab);
+        assert_eq!(("a", "x").cmp(&("a-b", "x")), a.cmp(&ab));
+        // Same text, other split: other ids.
+        assert_ne!(ServiceId::new("ab", "c"), ServiceId::new("a", "bc"));
+        // Separately built ids are equal and hash alike; clones share.
+        let again = ServiceId::new(String::from("a"), "x");
+        assert_eq!(a, again);
+        let h = std::collections::hash_map::RandomState::new();
+        assert_eq!(h.hash_one(&a), h.hash_one(&again));
+        assert_eq!((a.namespace(), a.name()), ("a", "x"));
+        assert_eq!(SliceId::new("ns", "s-1").to_string(), "ns/s-1");
+    }
+
+    #[test]
     fn cidr_parses_like_go_and_clears_host_bits() {
         let c = Cidr::parse(" 10.1.2.3/8 ").unwrap();
         assert_eq!(c.to_string(), "10.0.0.0/8");
