@@ -54,8 +54,7 @@ fn parse_rv(rv: &str) -> Result<u64, ApiError> {
 }
 
 /// Continue tokens look like the real server's: base64 JSON with the list's
-/// resourceVersion and the key to start after.
-/// The real server's token (`meta.k8s.io/v1`, RV, start key), plus how many
+/// resourceVersion and the key to start after. Ours also carry how many
 /// keys followed the page when the list began, when they were counted: etcd
 /// counts them in the list's snapshot, and counting them again for every
 /// page made a 100k-object list quadratic.
@@ -211,8 +210,7 @@ fn is_type_meta(key: &str) -> bool {
 fn list_item(obj: &Value) -> Value {
     let mut o = obj.clone();
     if let Some(m) = o.as_object_mut() {
-        m.remove("kind");
-        m.remove("apiVersion");
+        m.retain(|k, _| !is_type_meta(k));
     }
     o
 }
