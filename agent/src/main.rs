@@ -495,6 +495,60 @@ async fn run_async(args: RunArgs, node: String) -> Result<()> {
         config,
         ..LoadOptions::new(Pins::new(&args.bpffs.path), args.cgroup.clone())
     };
+    // The source starts first: its initial list (seconds at 100k Services)
+    // runs while the datapath loads and the pinned maps are read. It
+    // collects the list into one batch, so nothing waits on the controller.
+    let (tx, rx) = mpsc::channel(64);
+    // Weak: the controller stops when the real source is gone, and the node
+    // address watcher must not keep it alive.
+    let weak = tx.downgrade();
+    let (reports, report_rx) = Reports::channel(1024);
+    // Standalone mode has no API server to write Events to.
+    let reports = if args.manifests.is_some() {
+        Reports::none()
+    } else {
+        reports
+    };
+    let source = match &args.manifests {
+        Some(dir) => tokio::spawn(manifests::run(dir.clone(), tx)),
+        None => {
+            let conn = Connection {
+                kubeconfig: args.kubeconfig.clone(),
+                api_server: args.k8s_api_server.clone(),
+            };
+            let client = conn
+                .client()
+                .await
+                .context("connecting to the API server")?;
+            let uids = events::Uids::default();
+            let recorder = Recorder::new(
+                client.clone(),
+                Reporter {
+                    controller: "weir-agent".into(),
+                    instance: Some(node.clone()),
+                },
+            );
+            tokio::spawn(events::run(recorder, uids.clone(), report_rx));
+            tokio::spawn(lease::run(
+                client.clone(),
+                args.namespace.clone(),
+                node.clone(),
+            ));
+            let source = KubeSource {
+                client,
+                node: node.clone(),
+                uids,
+                streaming_lists: args.streaming_lists,
+                reports: reports.clone(),
+                metrics: metrics.clone(),
+                health: health.clone(),
+            };
+            tokio::spawn(async move {
+                source.run(tx).await;
+                Ok(())
+            })
+        }
+    };
     let Datapath { maps, devices } = Datapath::load(&opts).context("loading the datapath")?;
     let attached = devices.attached();
     if !opts.devices.is_empty() {
@@ -527,10 +581,6 @@ async fn run_async(args: RunArgs, node: String) -> Result<()> {
         Err(e) => warn!("no conntrack garbage collection: {e}"),
     }
 
-    let (tx, rx) = mpsc::channel(64);
-    // Weak: the controller stops when the real source is gone, and this
-    // watcher must not keep it alive.
-    let weak = tx.downgrade();
     node_addrs::watch(addresses.clone(), NODE_ADDRESS_BACKSTOP, move |fresh| {
         weak.upgrade().is_some_and(|tx| {
             tx.blocking_send(SourceMsg::Changes(vec![Change::NodeAddresses(fresh)]))
@@ -558,13 +608,6 @@ async fn run_async(args: RunArgs, node: String) -> Result<()> {
             node_port_range: packet.nodeport_range.0..=packet.nodeport_range.1,
         },
     );
-    let (reports, report_rx) = Reports::channel(1024);
-    // Standalone mode has no API server to write Events to.
-    let reports = if args.manifests.is_some() {
-        Reports::none()
-    } else {
-        reports
-    };
     let sink = healthcheck::Sink {
         reports: reports.clone(),
         metrics: metrics.clone(),
@@ -575,46 +618,6 @@ async fn run_async(args: RunArgs, node: String) -> Result<()> {
         reports: reports.clone(),
         health_checks: Arc::new(health_checks(&args, &health, sink)),
         sockets: Arc::new(sockets),
-    };
-    let source = match &args.manifests {
-        Some(dir) => tokio::spawn(manifests::run(dir.clone(), tx)),
-        None => {
-            let conn = Connection {
-                kubeconfig: args.kubeconfig.clone(),
-                api_server: args.k8s_api_server.clone(),
-            };
-            let client = conn
-                .client()
-                .await
-                .context("connecting to the API server")?;
-            let uids = events::Uids::default();
-            let recorder = Recorder::new(
-                client.clone(),
-                Reporter {
-                    controller: "weir-agent".into(),
-                    instance: Some(node.clone()),
-                },
-            );
-            tokio::spawn(events::run(recorder, uids.clone(), report_rx));
-            tokio::spawn(lease::run(
-                client.clone(),
-                args.namespace.clone(),
-                node.clone(),
-            ));
-            let source = KubeSource {
-                client,
-                node: node.clone(),
-                uids,
-                streaming_lists: args.streaming_lists,
-                reports,
-                metrics: metrics.clone(),
-                health: health.clone(),
-            };
-            tokio::spawn(async move {
-                source.run(tx).await;
-                Ok(())
-            })
-        }
     };
     let mut controller = Controller::new(reconciler, store, hooks);
     controller.run(rx, shutdown_signal()).await;

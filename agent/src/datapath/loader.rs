@@ -397,8 +397,24 @@ fn check_pins(pins: &Pins, opts: &LoadOptions) -> Result<(), LoadError> {
                 "pinned map keeps its size; run `weir-agent cleanup` and restart to resize it"
             );
         }
+        // Pinned by an agent from before the services and backends maps were
+        // preallocated: it works, with slower first syncs.
+        if preallocated(name) && info.map_flags() & BPF_F_NO_PREALLOC != 0 {
+            warn!(
+                map = name,
+                "pinned map allocates per entry, as older agents made it; run `weir-agent cleanup` and restart to preallocate it"
+            );
+        }
     }
     Ok(())
+}
+
+/// `BPF_F_NO_PREALLOC`, from the kernel's UAPI.
+const BPF_F_NO_PREALLOC: u32 = 1;
+
+/// The maps this build creates preallocated (see the eBPF crate's maps.rs).
+fn preallocated(name: &str) -> bool {
+    name == weir_abi::MAP_SERVICES || name == weir_abi::MAP_BACKENDS
 }
 
 #[cfg(test)]

@@ -30,7 +30,8 @@ pub fn pick_backend(key: &mut ServiceKey, master: &ServiceValue, roll: u32) -> O
     // master again and pick within what it holds now, from another slot so a
     // draining backend still in the old layout is not hit twice.
     key.slot = 0;
-    // SAFETY: values are plain integers; entries are freed only after RCU.
+    // SAFETY: values are plain integers, and an element's memory outlives
+    // the program's RCU read section (its contents may change: maps.rs).
     let fresh = *unsafe { SERVICES.get(*key) }?;
     pick_in(key, &fresh, roll.wrapping_add(1))
 }
@@ -68,7 +69,8 @@ fn pick_in(key: &mut ServiceKey, master: &ServiceValue, roll: u32) -> Option<Pic
 /// the flows it already has.
 #[inline(always)]
 pub fn owned_backend(id: u32, rev_nat_id: u32, frontend: &Addr) -> Option<Pick> {
-    // SAFETY: values are plain integers; entries are freed only after RCU.
+    // SAFETY: values are plain integers, and an element's memory outlives
+    // the program's RCU read section (its contents may change: maps.rs).
     let backend = unsafe { BACKENDS.get(id) }?;
     if backend.rev_nat_id != rev_nat_id || backend.addr.is_v4() != frontend.is_v4() {
         return None;
@@ -86,7 +88,8 @@ pub fn owned_backend(id: u32, rev_nat_id: u32, frontend: &Addr) -> Option<Pick> 
 /// has no active backend; never draining. Used to honour session affinity.
 #[inline(always)]
 pub fn backend_usable(id: u32, master: &ServiceValue, frontend: &Addr) -> Option<Pick> {
-    // SAFETY: values are plain integers; entries are freed only after RCU.
+    // SAFETY: values are plain integers, and an element's memory outlives
+    // the program's RCU read section (its contents may change: maps.rs).
     let backend = unsafe { BACKENDS.get(id) }?;
     let usable = backend.state == BACKEND_STATE_ACTIVE
         || (backend.state == BACKEND_STATE_TERMINATING && master.count == 0);

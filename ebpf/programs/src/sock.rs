@@ -133,7 +133,8 @@ fn forward<const V6: bool>(ctx: &SockAddrContext) -> i32 {
         scope: SCOPE_ALL,
         _pad: [0; 2],
     };
-    // SAFETY: values are plain integers; entries are freed only after RCU.
+    // SAFETY: values are plain integers, and an element's memory outlives
+    // the program's RCU read section (its contents may change: maps.rs).
     let Some(master) = (unsafe { SERVICES.get(key) }) else {
         return SYS_PROCEED;
     };

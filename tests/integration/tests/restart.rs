@@ -186,3 +186,89 @@ fn a_restart_rewrites_only_what_changed_while_the_agent_was_down() -> Result<()>
     );
     Ok(())
 }
+
+/// The flags of the map pinned at `name`.
+fn map_flags(topo: &Topology, name: &str) -> Result<u64> {
+    let path = topo.pin_dir().join("maps").join(name);
+    let v = weir_integration::bpftool(&[
+        "map".as_ref(),
+        "show".as_ref(),
+        "pinned".as_ref(),
+        path.as_os_str(),
+    ])?;
+    v["flags"]
+        .as_u64()
+        .ok_or_else(|| anyhow::anyhow!("no flags for {name}: {v}"))
+}
+
+/// Earlier agents pinned the services and backends maps unpreallocated.
+/// A new agent takes them over as they are (the layout is the same), says how
+/// to get the faster kind, and serves; a cleanup and a start give it.
+#[test]
+fn maps_pinned_without_preallocation_by_an_older_agent_keep_serving() -> Result<()> {
+    const NO_PREALLOC: u64 = 1;
+    let topo = Topology::new(2)?;
+    let eps = topo.ready_endpoints();
+    topo.write_manifest("web.yaml", &manifest::service("web", VIP))?;
+    topo.write_manifest("web-slice.yaml", &manifest::slice("web-1", "web", &eps))?;
+    let maps = topo.pin_dir().join("maps");
+    std::fs::create_dir_all(&maps)?;
+    for (name, key, value, entries) in
+        [("WEIR_SVC", 24, 20, 65536), ("WEIR_BACKEND", 4, 24, 262144)]
+    {
+        let out = Command::new("bpftool")
+            .args(["map", "create"])
+            .arg(maps.join(name))
+            .args([
+                "type",
+                "hash",
+                "key",
+                &key.to_string(),
+                "value",
+                &value.to_string(),
+            ])
+            .args(["entries", &entries.to_string(), "name", name, "flags", "1"])
+            .output()?;
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    let mut agent = Agent::start(&topo, &[])?;
+    let log = agent.log_text();
+    for name in ["WEIR_SVC", "WEIR_BACKEND"] {
+        assert_eq!(map_flags(&topo, name)?, NO_PREALLOC, "{name}");
+        assert!(
+            log.lines()
+                .any(|l| l.contains("allocates per entry") && l.contains(name)),
+            "no warning for {name}: {log}"
+        );
+    }
+    let p = topo.probe("tcp", &format!("{VIP}:80"), 40)?;
+    assert_eq!((p.ok, p.backends.len()), (40, 2), "{p:?}");
+
+    agent.stop(libc::SIGTERM)?;
+    let out = Command::new(bin("weir-agent"))
+        .args(["cleanup", "--bpffs"])
+        .arg(topo.pin_dir())
+        .output()?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let agent = Agent::start(&topo, &[])?;
+    // The log goes on from the first agent's: its two warnings, no more.
+    let log = agent.log_text();
+    assert_eq!(log.matches("allocates per entry").count(), 2, "{log}");
+    for name in ["WEIR_SVC", "WEIR_BACKEND"] {
+        assert_eq!(map_flags(&topo, name)?, 0, "{name}");
+    }
+    // One entry a frontend, sized like the services map: allocated as used.
+    assert_eq!(map_flags(&topo, "WEIR_REVNAT")?, NO_PREALLOC);
+    let p = topo.probe("tcp", &format!("{VIP}:80"), 40)?;
+    assert_eq!((p.ok, p.backends.len()), (40, 2), "{p:?}");
+    Ok(())
+}

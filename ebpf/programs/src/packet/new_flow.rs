@@ -55,7 +55,8 @@ pub fn new_flow<P: Pkt, const V6: bool>(
         scope: SCOPE_ALL,
         _pad: [0; 2],
     };
-    // SAFETY: values are plain integers; entries are freed only after RCU.
+    // SAFETY: values are plain integers, and an element's memory outlives
+    // the program's RCU read section (its contents may change: maps.rs).
     let Some(master) = (unsafe { SERVICES.get(skey) }) else {
         count(prog, STAT_PASS, h.bytes);
         return Verdict::Pass;

@@ -6,7 +6,8 @@
 //!
 //! Setting `WEIR_SCALE_PERF=FILE` attaches `perf record` (arguments from
 //! `WEIR_SCALE_PERF_ARGS`, default `-g`) to the agent from spawn to the end of
-//! the first sync; the numbers of such a run include perf's overhead.
+//! the first sync (the restart's agent records to FILE.2); the numbers of such
+//! a run include perf's overhead.
 mod agent;
 mod conntrack;
 mod feed;

@@ -247,11 +247,18 @@ impl AgentProc {
 }
 
 /// `WEIR_SCALE_PERF=FILE`: `perf record` (arguments from
-/// `WEIR_SCALE_PERF_ARGS`, default `-g`) attached right after the spawn.
+/// `WEIR_SCALE_PERF_ARGS`, default `-g`) attached right after the spawn. The
+/// first agent (the cold start) records to FILE, later ones (the restart) to
+/// FILE.2, FILE.3…: one file would keep only the last.
 fn start_perf(pid: u32) -> Result<Option<ChildGuard>> {
-    let Some(out) = std::env::var_os("WEIR_SCALE_PERF") else {
+    static SPAWNS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let Some(mut out) = std::env::var_os("WEIR_SCALE_PERF") else {
         return Ok(None);
     };
+    let n = SPAWNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+    if n > 1 {
+        out.push(format!(".{n}"));
+    }
     let args = std::env::var("WEIR_SCALE_PERF_ARGS").unwrap_or_else(|_| "-g".to_owned());
     let child = Command::new("perf")
         .arg("record")
