@@ -14,12 +14,15 @@
 
 /// At most two arenas: the parse threads and the runtime's workers then
 /// share them instead of each keeping its own partly used one. Called
-/// before any thread starts; a no-op where the C library is not glibc.
+/// before any thread starts; a no-op where the C library is not glibc, or
+/// where `MALLOC_ARENA_MAX` is set (glibc reads it itself).
 pub fn limit_arenas() {
     #[cfg(target_env = "gnu")]
-    // SAFETY: mallopt only sets an allocator parameter.
-    unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, 2);
+    if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
+        // SAFETY: mallopt only sets an allocator parameter.
+        unsafe {
+            libc::mallopt(libc::M_ARENA_MAX, 2);
+        }
     }
 }
 
