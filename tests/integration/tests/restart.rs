@@ -154,15 +154,7 @@ fn a_restart_rewrites_only_what_changed_while_the_agent_was_down() -> Result<()>
     // cleanup detaches everything and removes every pin: the VIPs are plain
     // unroutable addresses again.
     agent.stop(libc::SIGTERM)?;
-    let out = Command::new(bin("weir-agent"))
-        .args(["cleanup", "--bpffs"])
-        .arg(topo.pin_dir())
-        .output()?;
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = cleanup(&topo)?;
     assert_eq!(
         String::from_utf8_lossy(&out.stdout).trim(),
         // Eight socket hooks (v4 and v6) and ten maps plus those links.
@@ -185,6 +177,20 @@ fn a_restart_rewrites_only_what_changed_while_the_agent_was_down() -> Result<()>
         String::from_utf8_lossy(&cg_progs.stdout)
     );
     Ok(())
+}
+
+/// `weir-agent cleanup` on the topology's pins; its output, once it succeeded.
+fn cleanup(topo: &Topology) -> Result<std::process::Output> {
+    let out = Command::new(bin("weir-agent"))
+        .args(["cleanup", "--bpffs"])
+        .arg(topo.pin_dir())
+        .output()?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(out)
 }
 
 /// The flags of the map pinned at `name`.
@@ -250,15 +256,7 @@ fn maps_pinned_without_preallocation_by_an_older_agent_keep_serving() -> Result<
     assert_eq!((p.ok, p.backends.len()), (40, 2), "{p:?}");
 
     agent.stop(libc::SIGTERM)?;
-    let out = Command::new(bin("weir-agent"))
-        .args(["cleanup", "--bpffs"])
-        .arg(topo.pin_dir())
-        .output()?;
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    cleanup(&topo)?;
     let agent = Agent::start(&topo, &[])?;
     // The log goes on from the first agent's: its two warnings, no more.
     let log = agent.log_text();
