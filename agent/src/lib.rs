@@ -15,6 +15,7 @@ pub mod hash;
 pub mod healthcheck;
 pub mod heap;
 pub mod inspect;
+pub mod intern;
 pub mod k8s;
 pub mod kube_proxy_cleanup;
 pub mod link_changes;

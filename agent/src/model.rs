@@ -601,7 +601,8 @@ pub struct EndpointSpec {
     pub serving: bool,
     pub terminating: bool,
     /// `nodeName`: the endpoint is local when it names this agent's node.
-    pub node_name: Option<Box<str>>,
+    /// Shared among all endpoints on one node ([`crate::intern`]).
+    pub node_name: Option<std::sync::Arc<str>>,
     /// Further addresses and topology hints, when there are any.
     pub extra: Option<Box<EndpointExtra>>,
 }

@@ -140,7 +140,7 @@ pub fn slice(eps: &EndpointSlice) -> Result<SliceOutcome, ObjectError> {
                 .node_name
                 .as_deref()
                 .filter(|n| !n.is_empty())
-                .map(Box::from),
+                .map(crate::intern::node_name),
             extra: extra.boxed(),
         });
     }

@@ -517,9 +517,42 @@ fn push_manifest(out: &mut String, svc: &Svc, endpoints: impl Iterator<Item = u3
         "\naddressType: IPv4\nports:\n- {name: http, port: 8080, protocol: TCP}\nendpoints:\n",
     );
     for ip in endpoints {
+        let pod = Pod::of(svc, ip);
         out.push_str("- addresses: [\"");
         push_ip(out, ip);
-        out.push_str("\"]\n  conditions: {ready: true}\n");
+        out.push_str(
+            "\"]\n  conditions: {ready: true, serving: true, terminating: false}\n  nodeName: ",
+        );
+        out.push_str(&pod.node);
+        out.push_str("\n  targetRef: {kind: Pod, namespace: ");
+        out.push_str(ns);
+        out.push_str(", name: ");
+        out.push_str(&pod.name);
+        out.push_str(", uid: ");
+        out.push_str(&pod.uid);
+        out.push_str("}\n");
+    }
+}
+
+/// Nodes the bench's pods run on: a cluster with 100k Services has hundreds.
+const NODES: u32 = 500;
+
+/// What the EndpointSlice controller writes about the pod behind an
+/// endpoint, besides its address: real slices carry it, and the agent
+/// decodes and keeps part of it.
+struct Pod {
+    pub node: String,
+    pub name: String,
+    pub uid: String,
+}
+
+impl Pod {
+    pub fn of(svc: &Svc, ip: u32) -> Self {
+        Self {
+            node: format!("node-{}", ip % NODES),
+            name: format!("{}-{ip:08x}", svc.name),
+            uid: format!("00000000-0000-4000-8000-{ip:012x}"),
+        }
     }
 }
 

@@ -17,7 +17,7 @@ use k8s_openapi::api::{
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
-use super::{POD_BASE, file_name, generate, push_ip, push_manifest};
+use super::{POD_BASE, Pod, file_name, generate, push_ip, push_manifest};
 use crate::{api::Cluster, bench::rules::Svc};
 
 /// The agent's node in API mode.
@@ -233,7 +233,7 @@ fn patch_endpoints(
 ) -> impl Future<Output = kube::Result<()>> + Send + 'static {
     let api: Api<EndpointSlice> = cluster.api(&svc.namespace);
     let name = slice_name(svc);
-    let patch = Patch::Merge(json!({ "endpoints": endpoints_json(eps) }));
+    let patch = Patch::Merge(json!({ "endpoints": endpoints_json(svc, eps) }));
     async move {
         api.patch(&name, &PatchParams::default(), &patch)
             .await
@@ -264,16 +264,22 @@ fn slice_json(svc: &Svc, eps: &[u32]) -> Value {
                      "labels": {"kubernetes.io/service-name": svc.name}},
         "addressType": "IPv4",
         "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
-        "endpoints": endpoints_json(eps),
+        "endpoints": endpoints_json(svc, eps),
     })
 }
 
-fn endpoints_json(eps: &[u32]) -> Value {
+fn endpoints_json(svc: &Svc, eps: &[u32]) -> Value {
     eps.iter()
         .map(|&ip| {
             let mut addr = String::with_capacity(15);
             push_ip(&mut addr, ip);
-            json!({"addresses": [addr], "conditions": {"ready": true}})
+            let pod = Pod::of(svc, ip);
+            json!({
+                "addresses": [addr],
+                "conditions": {"ready": true, "serving": true, "terminating": false},
+                "nodeName": pod.node,
+                "targetRef": {"kind": "Pod", "namespace": svc.namespace, "name": pod.name, "uid": pod.uid},
+            })
         })
         .collect()
 }
