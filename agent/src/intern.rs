@@ -8,7 +8,7 @@
 //! uses: when it has doubled since the last sweep, names only it still holds
 //! are dropped. Each sweep is paid for by as many inserts, so an insert stays
 //! O(1) amortized and the table stays within twice the names in use.
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 
 use crate::hash::HashSet;
 
@@ -21,15 +21,16 @@ struct Table {
     kept: usize,
 }
 
-static NODE_NAMES: Mutex<Option<Table>> = Mutex::new(None);
+static NODE_NAMES: LazyLock<Mutex<Table>> = LazyLock::new(|| {
+    Mutex::new(Table {
+        names: HashSet::default(),
+        kept: 0,
+    })
+});
 
 /// The shared copy of `name`.
 pub fn node_name(name: &str) -> Arc<str> {
-    let mut guard = NODE_NAMES.lock().unwrap_or_else(PoisonError::into_inner);
-    let table = guard.get_or_insert_with(|| Table {
-        names: HashSet::default(),
-        kept: 0,
-    });
+    let mut table = NODE_NAMES.lock().unwrap_or_else(PoisonError::into_inner);
     if let Some(n) = table.names.get(name) {
         return n.clone();
     }
@@ -65,11 +66,7 @@ mod tests {
         for i in 0..4 * MIN_SWEEP {
             drop(node_name(&format!("intern-test-more-{i}")));
         }
-        let len = NODE_NAMES
-            .lock()
-            .unwrap()
-            .as_ref()
-            .map_or(0, |t| t.names.len());
+        let len = NODE_NAMES.lock().unwrap().names.len();
         assert!(len <= 2 * MIN_SWEEP + 64, "{len} names kept");
         // A name still in use survives every sweep and stays shared.
         assert!(Arc::ptr_eq(&held, &node_name("intern-test-held")));

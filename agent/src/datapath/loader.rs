@@ -399,7 +399,7 @@ fn check_pins(pins: &Pins, opts: &LoadOptions) -> Result<(), LoadError> {
         }
         // Pinned by an agent from before the services and backends maps were
         // preallocated: it works, with slower first syncs.
-        if preallocated(name) && info.map_flags() & BPF_F_NO_PREALLOC != 0 {
+        if preallocated(name) && info.map_flags() & aya_obj::generated::BPF_F_NO_PREALLOC != 0 {
             warn!(
                 map = name,
                 "pinned map allocates per entry, as older agents made it; run `weir-agent cleanup` and restart to preallocate it"
@@ -408,9 +408,6 @@ fn check_pins(pins: &Pins, opts: &LoadOptions) -> Result<(), LoadError> {
     }
     Ok(())
 }
-
-/// `BPF_F_NO_PREALLOC`, from the kernel's UAPI.
-const BPF_F_NO_PREALLOC: u32 = 1;
 
 /// The maps this build creates preallocated (see the eBPF crate's maps.rs).
 fn preallocated(name: &str) -> bool {

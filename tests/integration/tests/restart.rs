@@ -219,9 +219,21 @@ fn maps_pinned_without_preallocation_by_an_older_agent_keep_serving() -> Result<
     topo.write_manifest("web-slice.yaml", &manifest::slice("web-1", "web", &eps))?;
     let maps = topo.pin_dir().join("maps");
     std::fs::create_dir_all(&maps)?;
-    for (name, key, value, entries) in
-        [("WEIR_SVC", 24, 20, 65536), ("WEIR_BACKEND", 4, 24, 262144)]
-    {
+    // This build's layouts and default sizes, as the older agent made them.
+    for (name, key, value, entries) in [
+        (
+            weir_abi::MAP_SERVICES,
+            size_of::<weir_abi::ServiceKey>(),
+            size_of::<weir_abi::ServiceValue>(),
+            weir_abi::DEFAULT_MAX_SERVICES,
+        ),
+        (
+            weir_abi::MAP_BACKENDS,
+            size_of::<u32>(),
+            size_of::<weir_abi::Backend>(),
+            weir_abi::DEFAULT_MAX_BACKENDS,
+        ),
+    ] {
         let out = Command::new("bpftool")
             .args(["map", "create"])
             .arg(maps.join(name))
