@@ -4,6 +4,7 @@
 mod external;
 mod service;
 mod slice;
+pub mod wire;
 
 use std::fmt;
 

@@ -1,8 +1,9 @@
 use std::net::IpAddr;
 
-use k8s_openapi::api::discovery::v1::EndpointSlice;
-
-use super::{Converted, FieldError, LABEL_SERVICE_NAME, ObjectError, Problem, port, protocol};
+use super::{
+    Converted, FieldError, LABEL_SERVICE_NAME, ObjectError, Problem, port, protocol,
+    wire::{Address, EndpointSlice},
+};
 use crate::model::{
     EndpointExtra, EndpointSpec, IpFamily, ServiceId, SliceId, SlicePortSpec, SliceSpec,
 };
@@ -86,38 +87,49 @@ pub fn slice(eps: &EndpointSlice) -> Result<SliceOutcome, ObjectError> {
 
     let mut endpoints = Vec::with_capacity(eps.endpoints.len());
     for (i, ep) in eps.endpoints.iter().enumerate() {
-        let mut addrs: Vec<IpAddr> = Vec::new();
+        // The first usable address apart: a Vec per endpoint for the
+        // rare second one would be a heap block per endpoint.
+        let mut first = None;
+        let mut more_addrs = Vec::new();
         for (j, a) in ep.addresses.iter().enumerate() {
             let field = || format!("endpoints[{i}].addresses[{j}]");
+            let parsed = match a {
+                Address::Ip(ip) => Ok(*ip),
+                Address::Text(t) => t.parse::<IpAddr>().map(|ip| ip.to_canonical()),
+            };
             // One bad address costs that address, not the slice.
-            match a.parse::<IpAddr>().map(|ip| ip.to_canonical()) {
-                Ok(ip) if IpFamily::of(&ip) == family => addrs.push(ip),
+            match parsed {
+                Ok(ip) if IpFamily::of(&ip) == family => match first {
+                    None => first = Some(ip),
+                    Some(_) => more_addrs.push(ip),
+                },
                 // An address of the other family would give a frontend a
                 // backend it cannot reach; the API server forbids it anyway.
                 Ok(_) => warnings.push(FieldError::new(
                     field(),
                     Problem::WrongFamily {
-                        value: a.clone(),
+                        value: a.to_string(),
                         family,
                     },
                 )),
                 Err(_) => warnings.push(FieldError::new(
                     field(),
-                    Problem::InvalidIp { value: a.clone() },
+                    Problem::InvalidIp {
+                        value: a.to_string(),
+                    },
                 )),
             }
         }
-        if addrs.is_empty() {
+        let Some(addr) = first else {
             continue;
-        }
-        let addr = addrs.remove(0);
-        let c = ep.conditions.clone().unwrap_or_default();
+        };
+        let c = ep.conditions.unwrap_or_default();
         // API defaults: unknown readiness counts as ready, serving defers to
         // ready, and terminating defaults to false.
         let ready = c.ready.unwrap_or(true);
         let hints = ep.hints.as_ref();
         let extra = EndpointExtra {
-            more_addrs: addrs,
+            more_addrs,
             zone_hints: hints
                 .and_then(|h| h.for_zones.as_ref())
                 .into_iter()
@@ -136,11 +148,7 @@ pub fn slice(eps: &EndpointSlice) -> Result<SliceOutcome, ObjectError> {
             ready,
             serving: c.serving.unwrap_or(ready),
             terminating: c.terminating.unwrap_or(false),
-            node_name: ep
-                .node_name
-                .as_deref()
-                .filter(|n| !n.is_empty())
-                .map(crate::intern::node_name),
+            node_name: ep.node_name.clone(),
             extra: extra.boxed(),
         });
     }

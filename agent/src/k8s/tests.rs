@@ -2,10 +2,10 @@
 //! API's endpoint condition defaults.
 use std::net::IpAddr;
 
-use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
+use k8s_openapi::api::core::v1::Service;
 use serde_json::{Value, json};
 
-use super::*;
+use super::{wire::EndpointSlice, *};
 use crate::model::{BackendState, EndpointSpec, Protocol, ServiceId, ServicePortSpec};
 
 fn svc(v: Value) -> Service {

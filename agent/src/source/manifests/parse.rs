@@ -3,12 +3,12 @@ mod fast;
 
 use std::{fmt, path::Path, sync::Arc};
 
-use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
+use k8s_openapi::api::core::v1::Service;
 use serde_json::Value;
 use tracing::{debug, error, warn};
 
 use crate::{
-    k8s::{self, ObjectError, SliceOutcome},
+    k8s::{self, ObjectError, SliceOutcome, wire::EndpointSlice},
     model::{ServiceSpec, SliceSpec},
 };
 

@@ -11,13 +11,14 @@
 use k8s_openapi::{
     api::{
         core::v1::{Service, ServiceSpec, ServiceStatus},
-        discovery::v1::{Endpoint, EndpointPort, EndpointSlice},
+        discovery::v1::EndpointPort,
     },
     apimachinery::pkg::apis::meta::v1::ObjectMeta,
 };
 use serde::Deserialize;
 
 use super::{Body, Doc};
+use crate::k8s::wire::{Endpoint, EndpointSlice};
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
