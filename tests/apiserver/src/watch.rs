@@ -12,7 +12,7 @@ use crate::{
     error::ApiError,
     resources::ResourceDef,
     selectors::Selector,
-    store::{Event, EventKind, Store},
+    store::{Event, EventKind, Store, Stored},
     table::View,
 };
 
@@ -59,6 +59,20 @@ impl WatchRequest {
         Bytes::from(out)
     }
 
+    /// [`Self::line`] from the stored encoding (see `Stored`).
+    fn stored_line(&self, ty: &str, obj: &Stored) -> Bytes {
+        if !matches!(self.view, View::Object) {
+            return self.line(ty, &obj.value);
+        }
+        let mut out = Vec::with_capacity(obj.item().len() + 64);
+        out.extend_from_slice(b"{\"type\":");
+        let _ = serde_json::to_writer(&mut out, ty);
+        out.extend_from_slice(b",\"object\":");
+        obj.write_object(&mut out);
+        out.extend_from_slice(b"}\n");
+        Bytes::from(out)
+    }
+
     fn bookmark(&self, rv: u64, initial_end: bool) -> Bytes {
         let mut meta = json!({"resourceVersion": rv.to_string()});
         if initial_end {
@@ -97,9 +111,9 @@ fn start(store: &Store, req: &WatchRequest) -> Result<Start, ApiError> {
     let inner = store.lock();
     let snapshot = |inner: &crate::store::Inner| -> Vec<Bytes> {
         inner
-            .list(req.res, req.namespace.as_deref(), None)
-            .filter(|(_, o)| req.selector.matches(o))
-            .map(|(_, o)| req.line("ADDED", o))
+            .list_stored(req.res, req.namespace.as_deref(), None)
+            .filter(|(_, o)| req.selector.matches(&o.value))
+            .map(|(_, o)| req.stored_line("ADDED", o))
             .collect()
     };
     let rv = req.resource_version.as_deref().unwrap_or_default();
