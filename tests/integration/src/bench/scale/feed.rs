@@ -3,6 +3,7 @@
 //! the same N Services × M endpoints, and both take a change the way a user's
 //! tooling would make it: a file renamed into place, or a kube-rs `patch`.
 use std::{
+    collections::HashMap,
     ffi::OsString,
     path::{Path, PathBuf},
     sync::Arc,
@@ -146,10 +147,25 @@ impl Feed {
             }
             Self::Api { cluster, .. } => cluster.block_on(async {
                 let mut tasks = tokio::task::JoinSet::new();
+                // Two writes to one slice must reach the server in the order
+                // they were made, or the slice ends at the earlier one while
+                // the bench expects the later: each waits for the one before.
+                let mut previous = HashMap::new();
                 for (k, (svc, eps)) in writes.into_iter().enumerate() {
                     let due = tokio::time::Instant::from_std(start + gap * u32::try_from(k)?);
                     tokio::time::sleep_until(due).await;
-                    tasks.spawn(patch_endpoints(cluster, &svc, &eps));
+                    let (done, done_rx) = tokio::sync::oneshot::channel::<()>();
+                    let before = previous.insert(slice_name(&svc), done_rx);
+                    let patch = patch_endpoints(cluster, &svc, &eps);
+                    tasks.spawn(async move {
+                        if let Some(before) = before {
+                            // An error there is reported by its own task.
+                            let _ = before.await;
+                        }
+                        let written = patch.await;
+                        drop(done);
+                        written
+                    });
                 }
                 while let Some(done) = tasks.join_next().await {
                     done??;
