@@ -319,7 +319,7 @@ enum Output {
 }
 
 fn main() -> Result<()> {
-    weir_agent::heap::limit_arenas();
+    weir_agent::heap::tune();
     let cli = Cli::parse();
     let format = cli.run.log_format;
     init_logging(format);

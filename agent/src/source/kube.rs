@@ -16,10 +16,7 @@ use std::{
 };
 
 use futures::{Stream, StreamExt as _};
-use k8s_openapi::api::{
-    core::v1::{Node, Service},
-    discovery::v1::EndpointSlice,
-};
+use k8s_openapi::api::core::v1::{Node, Service};
 use kube::{
     Api, Client, Config, Resource as _, ResourceExt as _,
     config::{KubeConfigOptions, Kubeconfig},
@@ -34,7 +31,7 @@ use tracing::{debug, info, warn};
 use self::tracker::{Outcome, Tracker};
 use super::SourceMsg;
 use crate::{
-    k8s::{self, LABEL_SERVICE_NAME, SliceOutcome},
+    k8s::{self, LABEL_SERVICE_NAME, SliceOutcome, wire::EndpointSlice},
     model::{NodeInfo, ServiceId, SliceId},
     report::{Reason, Report, Reports, Stage, events::Uids},
     store::Change,
@@ -51,6 +48,8 @@ pub const TRIGGER_TIME: &str = "endpoints.kubernetes.io/last-change-trigger-time
 pub const LABEL_ZONE: &str = "topology.kubernetes.io/zone";
 /// The cluster autoscaler's taint on a node it is about to remove.
 pub const TAINT_TO_BE_DELETED: &str = "ToBeDeletedByClusterAutoscaler";
+/// Events decoded ahead of the conversion: a page of a list and then some.
+const WATCH_BUFFER: usize = 1024;
 /// How often a persisting watch failure is logged again.
 const ERROR_LOG_EVERY: Duration = Duration::from_secs(30);
 
@@ -169,11 +168,27 @@ impl KubeSource {
         )
         .default_backoff()
         .map(|e| Item::Node(Box::new(e)));
-        let mut items = futures::stream::select_all([
+        // Each watcher in a task of its own: a page is decoded where its
+        // watcher is polled, and one task for all of them decoded the
+        // Services' pages and the slices' pages one after the other.
+        let (items_tx, mut items) = mpsc::channel(WATCH_BUFFER);
+        // Dropped when this returns, which stops the watchers.
+        let mut watchers = tokio::task::JoinSet::new();
+        for mut stream in [
             svc.boxed() as std::pin::Pin<Box<dyn Stream<Item = Item> + Send>>,
             eps.boxed(),
             nodes.boxed(),
-        ]);
+        ] {
+            let tx = items_tx.clone();
+            watchers.spawn(async move {
+                while let Some(item) = stream.next().await {
+                    if tx.send(item).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        drop(items_tx);
         let mut state = State {
             node,
             started: SystemTime::now(),
@@ -187,8 +202,18 @@ impl KubeSource {
             health,
             last_error: HashMap::new(),
         };
-        while let Some(item) = items.next().await {
-            for msg in state.handle(item) {
+        while let Some(item) = items.recv().await {
+            // What is already decoded goes out in one message: one per
+            // object kept the controller waking (and the two threads
+            // trading the core) 200k times for a 100k-Service list.
+            let mut out = state.handle(item);
+            for _ in 1..WATCH_BUFFER {
+                match items.try_recv() {
+                    Ok(item) => SourceMsg::coalesce(&mut out, state.handle(item)),
+                    Err(_) => break,
+                }
+            }
+            for msg in out {
                 if tx.send(msg).await.is_err() {
                     return;
                 }

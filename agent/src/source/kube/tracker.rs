@@ -62,7 +62,12 @@ impl<K: Clone + Eq + Hash> Tracker<K> {
     }
 
     pub fn init(&mut self) {
-        self.relist = Some(Relist::default());
+        // The first list goes out as it arrives, so the controller indexes
+        // it while the rest is decoded: it programs nothing until both kinds
+        // have listed (as kube-proxy waits for both informers). A relist
+        // replaces a view the datapath serves, so it goes out as one batch;
+        // so does a first list that restarted, to drop what it lost.
+        self.relist = (self.synced || !self.present.is_empty()).then(Relist::default);
     }
 
     /// An object added or changed; returns what to send now (nothing while a
@@ -106,7 +111,11 @@ impl<K: Clone + Eq + Hash> Tracker<K> {
     /// The relist is complete: its changes, plus deletions of everything it
     /// no longer has.
     pub fn init_done(&mut self) -> Vec<Change> {
-        let r = self.relist.take().unwrap_or_default();
+        self.synced = true;
+        // A streamed first list has sent everything already.
+        let Some(r) = self.relist.take() else {
+            return Vec::new();
+        };
         let mut changes = r.changes;
         let gone: Vec<K> = self
             .present
@@ -122,7 +131,6 @@ impl<K: Clone + Eq + Hash> Tracker<K> {
             self.present.remove(k);
         }
         self.present.extend(r.upserted);
-        self.synced = true;
         changes
     }
 }
@@ -151,10 +159,11 @@ mod tests {
     fn relist_deletes_what_vanished_and_keeps_invalid_objects_last_good_version() {
         let mut t = Tracker::new(del);
         t.init();
-        assert!(t.apply(id("a"), up("a")).is_empty());
-        assert!(t.apply(id("b"), up("b")).is_empty());
-        assert!(t.apply(id("c"), up("c")).is_empty());
-        assert_eq!(t.init_done().len(), 3);
+        assert_eq!(t.apply(id("a"), up("a")).len(), 1, "the first list streams");
+        assert_eq!(t.apply(id("b"), up("b")).len(), 1);
+        assert_eq!(t.apply(id("c"), up("c")).len(), 1);
+        assert!(!t.synced());
+        assert_eq!(t.init_done(), []);
         assert!(t.synced());
 
         // Outage; meanwhile a is deleted and b turns invalid.
@@ -168,6 +177,24 @@ mod tests {
         // b's last good version is still in force, so deleting b deletes it.
         assert_eq!(t.delete(&id("b")), vec![Change::DeleteService(id("b"))]);
         assert!(t.delete(&id("a")).is_empty(), "a was already deleted");
+    }
+
+    #[test]
+    fn a_first_list_that_restarts_is_collected_and_drops_what_it_lost() {
+        let mut t = Tracker::new(del);
+        t.init();
+        t.apply(id("a"), up("a"));
+        t.apply(id("b"), up("b"));
+        // The list fails half way (its continue token expired); meanwhile a
+        // was deleted.
+        t.init();
+        assert!(t.apply(id("b"), up("b")).is_empty());
+        assert!(t.apply(id("c"), up("c")).is_empty());
+        assert!(!t.synced());
+        let out = t.init_done();
+        assert_eq!(out.len(), 3);
+        assert!(out.contains(&Change::DeleteService(id("a"))));
+        assert!(t.synced());
     }
 
     #[test]
