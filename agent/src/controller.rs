@@ -53,6 +53,10 @@ impl Default for Hooks {
 }
 
 const RETRY: Duration = Duration::from_secs(2);
+/// A sync of at least this many Services hands what it left free back to
+/// the kernel (see `heap::tune`): a relist or a rewritten manifest
+/// directory should not leave the agent's resident size at its peak.
+const RELEASE_AFTER: usize = 1024;
 
 pub struct Controller<M> {
     store: Store,
@@ -71,6 +75,9 @@ pub struct Controller<M> {
     /// Services changed before the source's first complete view, synced
     /// together once it arrives.
     held: BTreeSet<ServiceId>,
+    /// Nothing was restored from the maps: until the first complete view,
+    /// Services are synced as their slices come (see [`Self::run`]).
+    cold_start: bool,
     /// Map writes until the first full sync: zero after a restart that found
     /// the maps already right.
     initial_ops: usize,
@@ -96,6 +103,7 @@ pub struct Controller<M> {
 
 impl<M: LbMaps> Controller<M> {
     pub fn new(reconciler: Reconciler<M>, store: Store, hooks: Hooks) -> Self {
+        let cold_start = reconciler.frontend_count() == 0;
         let this = Self {
             store,
             reconciler,
@@ -104,6 +112,7 @@ impl<M: LbMaps> Controller<M> {
             last_error: HashMap::default(),
             synced: false,
             held: BTreeSet::new(),
+            cold_start,
             initial_ops: 0,
             triggers: HashMap::default(),
             rejected: HashMap::default(),
@@ -147,8 +156,20 @@ impl<M: LbMaps> Controller<M> {
             // master without backends until its slice came (a restart
             // would refuse every connection for seconds). kube-proxy waits
             // for both informers in the same way.
+            //
+            // When nothing was restored, though, nothing serves yet that a
+            // partial view could break, and a Service whose slices have come
+            // is programmed while the rest is still being listed: the sync
+            // then overlaps the list instead of following it. Services
+            // without a slice yet wait, or most would be written twice.
             if self.synced {
                 self.sync(dirty);
+            } else if self.cold_start {
+                let (now, later) = dirty
+                    .into_iter()
+                    .partition(|id| self.store.has_service_and_slices(id));
+                self.sync_before_complete_view(now);
+                self.held = later;
             } else {
                 self.held = dirty;
             }
@@ -217,8 +238,26 @@ impl<M: LbMaps> Controller<M> {
     }
 
     pub fn sync(&mut self, dirty: BTreeSet<ServiceId>) {
+        let n = dirty.len();
+        if self.sync_quietly(dirty) {
+            self.hooks.health.updated(self.broken.is_empty());
+            if n >= RELEASE_AFTER {
+                crate::heap::release_free_memory();
+            }
+        }
+    }
+
+    /// Syncs Services of a view that is not complete yet. Health waits for
+    /// the complete one (the `Synced` handler says when the datapath is up
+    /// to date, and frees what the load left).
+    fn sync_before_complete_view(&mut self, dirty: BTreeSet<ServiceId>) {
+        self.sync_quietly(dirty);
+    }
+
+    /// Syncs `dirty` and updates the metrics; false if there was nothing.
+    fn sync_quietly(&mut self, dirty: BTreeSet<ServiceId>) -> bool {
         if dirty.is_empty() {
-            return;
+            return false;
         }
         let start = Instant::now();
         let n = dirty.len();
@@ -249,13 +288,13 @@ impl<M: LbMaps> Controller<M> {
                 .map_or(0.0, |d| d.as_secs_f64()),
         );
         self.publish_gauges();
-        self.hooks.health.updated(self.broken.is_empty());
         debug!(
             services = n,
             map_ops = ops,
             elapsed_us = start.elapsed().as_micros() as u64,
             "synced"
         );
+        true
     }
 
     /// Syncs one Service and returns the map writes it took. `None` (nothing

@@ -102,6 +102,11 @@ pub struct Reconciler<M> {
 }
 
 impl<M: LbMaps> Reconciler<M> {
+    #[cfg(test)]
+    pub fn maps(&self) -> &M {
+        &self.maps
+    }
+
     /// Takes over whatever the maps hold: frontends become unclaimed images that
     /// Services adopt as they sync, and entries no frontend reaches are removed.
     pub fn restore(mut maps: M) -> Result<Self, MapError> {

@@ -472,6 +472,11 @@ impl Store {
         Ok(desired)
     }
 
+    /// The Service and at least one of its EndpointSlices are here.
+    pub fn has_service_and_slices(&self, id: &ServiceId) -> bool {
+        self.services.contains_key(id) && self.slices_by_service.contains_key(id)
+    }
+
     /// The frontends a Service should have; empty when it is absent, gets
     /// none, or is rejected.
     pub fn frontends(&self, id: &ServiceId) -> Vec<DesiredFrontend> {

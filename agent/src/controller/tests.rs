@@ -451,3 +451,65 @@ async fn nothing_is_synced_before_the_sources_first_complete_view() {
         .await;
     assert_eq!(ctl.reconciler.frontend_count(), 2);
 }
+
+#[tokio::test]
+async fn a_cold_start_programs_services_whose_slices_came_and_a_restart_waits() {
+    let feed = |msgs: Vec<SourceMsg>| {
+        let (tx, rx) = tokio::sync::mpsc::channel(msgs.len());
+        for m in msgs {
+            tx.try_send(m).unwrap();
+        }
+        rx
+    };
+    // Half a list: a with its slice, b without one yet.
+    let b = with_backends("b", [10, 96, 0, 2], 2);
+    let mut half = with_backends("a", [10, 96, 0, 1], 3);
+    half.push(b[0].clone());
+
+    // Nothing restored: a is programmed while the list goes on; b, and
+    // health, wait.
+    let mut cold = controller(Reports::none());
+    cold.run(
+        feed(vec![SourceMsg::Changes(half.clone())]),
+        std::future::pending(),
+    )
+    .await;
+    assert_eq!(
+        cold.reconciler.frontend_count(),
+        1,
+        "a is in the maps, b is not"
+    );
+    assert_eq!(
+        cold.hooks.health.status().last_updated,
+        None,
+        "not up to date before the complete view"
+    );
+    cold.run(
+        feed(vec![
+            SourceMsg::Changes(vec![b[1].clone()]),
+            SourceMsg::Synced { complete: true },
+        ]),
+        std::future::pending(),
+    )
+    .await;
+    assert_eq!(cold.reconciler.frontend_count(), 2);
+    assert!(cold.hooks.health.status().last_updated.is_some());
+
+    // A restart over those maps, and a list that so far has b's slice
+    // only as far as its first endpoint: held whole, or b would lose the
+    // other one until the rest came.
+    let mut partial = with_backends("a", [10, 96, 0, 1], 3);
+    partial.extend(with_backends("b", [10, 96, 0, 2], 1));
+    let mut warm = Controller::new(
+        Reconciler::restore(cold.reconciler.maps().clone()).unwrap(),
+        Store::new(cold.store.node().clone()),
+        Hooks::default(),
+    );
+    let before = warm.reconciler.maps().log.len();
+    warm.run(
+        feed(vec![SourceMsg::Changes(partial)]),
+        std::future::pending(),
+    )
+    .await;
+    assert_eq!(warm.reconciler.maps().log.len(), before, "nothing written");
+}
