@@ -165,6 +165,7 @@ items:
     nodeName: n1
     zone: z1
     hints: {forZones: [{name: z1}]}
+    targetRef: {kind: Pod, namespace: shop, name: web-abc, uid: 00000000-0000-4000-8000-0000000a0001}
 - apiVersion: v1
   kind: Service
   metadata: {name: bare}
