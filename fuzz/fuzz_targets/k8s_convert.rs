@@ -4,9 +4,9 @@
 //! conversion is a pure function of the object.
 #![no_main]
 
-use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
+use k8s_openapi::api::core::v1::Service;
 use libfuzzer_sys::fuzz_target;
-use weir_agent::k8s;
+use weir_agent::k8s::{self, wire::EndpointSlice};
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(svc) = serde_json::from_slice::<Service>(data) {
