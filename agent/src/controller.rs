@@ -168,7 +168,8 @@ impl<M: LbMaps> Controller<M> {
                 let (now, later) = dirty
                     .into_iter()
                     .partition(|id| self.store.has_service_and_slices(id));
-                self.sync_before_complete_view(now);
+                // Health waits for the complete view.
+                self.sync_quietly(now);
                 self.held = later;
             } else {
                 self.held = dirty;
@@ -241,17 +242,11 @@ impl<M: LbMaps> Controller<M> {
         let n = dirty.len();
         if self.sync_quietly(dirty) {
             self.hooks.health.updated(self.broken.is_empty());
-            if n >= RELEASE_AFTER {
+            // The first complete view's handler frees memory itself.
+            if n >= RELEASE_AFTER && self.synced {
                 crate::heap::release_free_memory();
             }
         }
-    }
-
-    /// Syncs Services of a view that is not complete yet. Health waits for
-    /// the complete one (the `Synced` handler says when the datapath is up
-    /// to date, and frees what the load left).
-    fn sync_before_complete_view(&mut self, dirty: BTreeSet<ServiceId>) {
-        self.sync_quietly(dirty);
     }
 
     /// Syncs `dirty` and updates the metrics; false if there was nothing.
