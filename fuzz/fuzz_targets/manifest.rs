@@ -1,13 +1,17 @@
 //! The manifest directory source on one file: YAML (multi-document, `List`)
 //! or JSON, through the k8s-to-domain conversion, into store changes.
-//! Oracles: reading the same file again changes nothing, and removing it
-//! withdraws exactly what it defined.
+//! Oracles: reading the same file again changes nothing, removing it
+//! withdraws exactly what it defined, and where the lite YAML reader takes
+//! the text, serde-saphyr reads the same.
 #![no_main]
 
 use std::{collections::BTreeSet, path::PathBuf, sync::OnceLock};
 
 use libfuzzer_sys::fuzz_target;
-use weir_agent::{source::manifests::ManifestDir, store::Change};
+use weir_agent::{
+    source::manifests::{ManifestDir, lite_agrees},
+    store::Change,
+};
 
 /// One directory per process: the parser only reads files, and libFuzzer runs
 /// inputs one at a time.
@@ -34,6 +38,11 @@ fn ids(changes: &[Change]) -> BTreeSet<String> {
 }
 
 fuzz_target!(|data: &[u8]| {
+    if let Ok(text) = std::str::from_utf8(data)
+        && let Err(e) = lite_agrees(text)
+    {
+        panic!("the lite YAML reader and serde-saphyr differ on {text:?}:\n{e}");
+    }
     // The extension picks the parser, as in the agent.
     let name = if data.first() == Some(&b'{') {
         "m.json"

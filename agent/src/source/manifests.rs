@@ -23,7 +23,7 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-pub use parse::ManifestError;
+pub use parse::{ManifestError, lite_agrees};
 use parse::{ObjRef, Object, Objects};
 use tokio::sync::mpsc;
 use tracing::{debug, error, info, warn};

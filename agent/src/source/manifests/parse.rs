@@ -1,5 +1,6 @@
 //! One manifest file → the Services and EndpointSlices it defines.
 mod fast;
+mod lite;
 
 use std::{fmt, path::Path, sync::Arc};
 
@@ -94,6 +95,26 @@ fn budget_for(len: usize) -> serde_saphyr::Budget {
     b.max_total_scalar_bytes = b.max_total_scalar_bytes.max(len);
     b.max_reader_input_bytes = Some(MAX_MANIFEST_BYTES as usize);
     b
+}
+
+/// Where the lite reader takes `text`, serde-saphyr must read the same:
+/// the oracle of the `manifest` fuzz target. `Err` shows both readings.
+#[doc(hidden)]
+pub fn lite_agrees(text: &str) -> Result<(), String> {
+    let Some(lite) = fast::lite_yaml(text) else {
+        return Ok(());
+    };
+    let mut options = serde_saphyr::Options::default();
+    options.budget = Some(budget_for(text.len()));
+    let Some(full) = fast::saphyr_yaml(text, options) else {
+        return Err("the lite reader took a text that serde-saphyr refuses".to_owned());
+    };
+    let (lite, full) = (fast::seen(lite), fast::seen(full));
+    if lite == full {
+        Ok(())
+    } else {
+        Err(format!("lite reader: {lite:?}\nserde-saphyr: {full:?}"))
+    }
 }
 
 /// A file's objects, sorted by [`ObjRef`]. A sorted `Vec` rather than a

@@ -17,7 +17,7 @@ use k8s_openapi::{
 };
 use serde::Deserialize;
 
-use super::{Body, Doc};
+use super::{Body, Doc, lite};
 use crate::k8s::wire::{Endpoint, EndpointSlice};
 
 #[derive(Deserialize)]
@@ -40,9 +40,33 @@ struct AnyDoc {
 }
 
 /// The documents of a YAML stream, or `None` if any of them needs the
-/// general path.
+/// general path. The lite reader takes what it can, serde-saphyr the rest.
 pub(super) fn yaml(text: &str, options: serde_saphyr::Options) -> Option<Vec<Doc>> {
-    let docs: Vec<Option<AnyDoc>> = serde_saphyr::from_multiple_with_options(text, options).ok()?;
+    lite_yaml(text).or_else(|| saphyr_yaml(text, options))
+}
+
+/// Through the lite reader, or `None` where it leaves the text to
+/// serde-saphyr.
+pub(super) fn lite_yaml(text: &str) -> Option<Vec<Doc>> {
+    let nodes = lite::documents(text).ok()?;
+    let mut docs = Vec::with_capacity(nodes.len());
+    for node in &nodes {
+        // A document that is no mapping is no object: serde-saphyr and the
+        // general path say what it is instead.
+        if !matches!(node, lite::Node::Map(_)) {
+            return None;
+        }
+        docs.push(Some(AnyDoc::deserialize(lite::de::De(node)).ok()?));
+    }
+    documents(docs)
+}
+
+/// Through serde-saphyr.
+pub(super) fn saphyr_yaml(text: &str, options: serde_saphyr::Options) -> Option<Vec<Doc>> {
+    documents(serde_saphyr::from_multiple_with_options(text, options).ok()?)
+}
+
+fn documents(docs: Vec<Option<AnyDoc>>) -> Option<Vec<Doc>> {
     let mut out = Vec::with_capacity(docs.len());
     for (i, d) in docs.into_iter().enumerate() {
         if let Some(d) = d {
@@ -112,29 +136,30 @@ fn flatten(at: String, d: AnyDoc, out: &mut Vec<Doc>) -> Option<()> {
     Some(())
 }
 
+/// A document's every part, to compare two paths' readings.
+pub(super) type Seen = (
+    String,
+    String,
+    String,
+    String,
+    Option<String>,
+    Option<Box<Body>>,
+);
+
+pub(super) fn seen(docs: Vec<Doc>) -> Vec<Seen> {
+    docs.into_iter()
+        .map(|d| {
+            let body = d.body.map(|b| b.expect("fits its type"));
+            (d.at, d.api, d.kind, d.name, d.namespace, body)
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::Value;
 
     use super::*;
-
-    type Seen = (
-        String,
-        String,
-        String,
-        String,
-        Option<String>,
-        Option<Box<Body>>,
-    );
-
-    fn seen(docs: Vec<Doc>) -> Vec<Seen> {
-        docs.into_iter()
-            .map(|d| {
-                let body = d.body.map(|b| b.expect("fits its type"));
-                (d.at, d.api, d.kind, d.name, d.namespace, body)
-            })
-            .collect()
-    }
 
     const YAML: &str = r#"
 apiVersion: v1
