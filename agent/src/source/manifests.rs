@@ -48,6 +48,10 @@ const RESCAN: Duration = Duration::from_secs(10);
 /// How often every file's stamp is compared even so: the backstop for
 /// in-place writes inotify cannot see (a network file system).
 const FULL_RESCAN: Duration = Duration::from_secs(300);
+/// Files a cold start reads before it sends what they hold: enough for the
+/// parse to keep every core busy, few enough that the controller starts
+/// within a few percent of the directory.
+const SCAN_CHUNK: usize = 2048;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Stamp {
@@ -137,11 +141,37 @@ impl ManifestDir {
         self.files.values().all(|f| !f.had_errors)
     }
 
+    /// As [`Self::scan`], handing each [`SCAN_CHUNK`] files' changes to
+    /// `emit` as soon as they are read: at a cold start the controller
+    /// programs the first Services while the rest are still being parsed.
+    /// `emit` returns false to stop.
+    pub fn scan_in_chunks(
+        &mut self,
+        mut emit: impl FnMut(Vec<Change>) -> bool,
+    ) -> std::io::Result<()> {
+        let candidates = self.candidates(Scope::All)?;
+        let mut rest = candidates.into_iter().peekable();
+        while rest.peek().is_some() {
+            let chunk: Vec<_> = rest.by_ref().take(SCAN_CHUNK).collect();
+            let changes = self.read_candidates(chunk);
+            if !changes.is_empty() && !emit(changes) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
     fn scan_scope(&mut self, scope: Scope<'_>) -> std::io::Result<Vec<Change>> {
+        let candidates = self.candidates(scope)?;
+        Ok(self.read_candidates(candidates))
+    }
+
+    /// The files to read again: (path, its stamp now or `None` when it is
+    /// gone).
+    fn candidates(&mut self, scope: Scope<'_>) -> std::io::Result<Vec<(PathBuf, Option<Stamp>)>> {
         // Before reading: a change made during the scan shows next time.
         self.dir_stamp = dir_stamp(&self.dir);
-        // (path, its stamp now or None when it is gone), for files to re-read.
-        let mut candidates: Vec<(PathBuf, Option<Stamp>)> = Vec::new();
+        let mut candidates = Vec::new();
         match scope {
             Scope::All => {
                 let mut seen = HashSet::with_capacity(self.files.len());
@@ -170,10 +200,14 @@ impl ManifestDir {
                 }
             }
         }
-        if candidates.is_empty() {
-            return Ok(Vec::new());
-        }
+        Ok(candidates)
+    }
 
+    /// Reads `candidates` and folds them in; the changes that made.
+    fn read_candidates(&mut self, candidates: Vec<(PathBuf, Option<Stamp>)>) -> Vec<Change> {
+        if candidates.is_empty() {
+            return Vec::new();
+        }
         // Only objects of the files that changed can change; resolve just those.
         let mut touched: BTreeSet<ObjRef> = BTreeSet::new();
         for (path, _) in &candidates {
@@ -228,7 +262,7 @@ impl ManifestDir {
             }
         }
         let after = self.effective(&touched);
-        Ok(diff(&before, &after))
+        diff(&before, &after)
     }
 
     fn unindex<'a>(&mut self, path: &Path, refs: impl Iterator<Item = &'a ObjRef>) {
@@ -421,14 +455,27 @@ pub async fn run(dir: PathBuf, tx: mpsc::Sender<SourceMsg>) -> Result<(), notify
     })?;
     watcher.watch(&dir, RecursiveMode::NonRecursive)?;
 
-    let mut md = ManifestDir::new(&dir);
-    let first = md.scan().map_err(notify::Error::io)?;
-    info!(dir = %dir.display(), changes = first.len(), clean = md.is_clean(), "manifests loaded");
+    // The first scan reads every file: off the runtime, sending as it goes.
+    let first_tx = tx.clone();
+    let first_dir = dir.clone();
+    let (mut md, sent) = tokio::task::spawn_blocking(move || {
+        let mut md = ManifestDir::new(&first_dir);
+        let mut sent = 0;
+        md.scan_in_chunks(|changes| {
+            sent += changes.len();
+            first_tx.blocking_send(SourceMsg::Changes(changes)).is_ok()
+        })
+        .map(|()| (md, sent))
+    })
+    .await
+    .map_err(|e| notify::Error::generic(&format!("the first manifest scan failed: {e}")))?
+    .map_err(notify::Error::io)?;
+    info!(dir = %dir.display(), changes = sent, clean = md.is_clean(), "manifests loaded");
     let mut clean_sent = md.is_clean();
     let synced = SourceMsg::Synced {
         complete: clean_sent,
     };
-    if tx.send(SourceMsg::Changes(first)).await.is_err() || tx.send(synced).await.is_err() {
+    if tx.send(synced).await.is_err() {
         return Ok(());
     }
     let mut rescan = tokio::time::interval(RESCAN);

@@ -231,6 +231,45 @@ fn the_first_file_in_name_order_wins_and_the_next_takes_over() {
 }
 
 #[test]
+fn a_scan_in_chunks_ends_where_one_scan_ends() {
+    let d = TempDir::new("chunks");
+    let n = SCAN_CHUNK + 50;
+    for i in 0..n {
+        let ip = format!("10.96.{}.{}", i / 250, i % 250 + 1);
+        d.write(&format!("s{i:05}.yaml"), &svc_yaml(&format!("s{i}"), &ip, 80, "TCP"));
+    }
+    // Defined twice, in files that may land in different chunks: the first
+    // in name order wins whichever chunk reads it last.
+    d.write("0-dup.yaml", &svc_yaml("dup", "10.97.0.1", 80, "TCP"));
+    d.write("z-dup.yaml", &svc_yaml("dup", "10.97.0.1", 81, "TCP"));
+
+    let mut chunked = ManifestDir::new(&d.0);
+    let mut sent = Vec::new();
+    chunked
+        .scan_in_chunks(|c| {
+            sent.push(c);
+            true
+        })
+        .expect("scan");
+    assert!(sent.len() >= 2, "{} files came in {} chunks", n + 2, sent.len());
+    let last_wins = |changes: Vec<Change>| {
+        let mut by_id = BTreeMap::new();
+        for c in changes {
+            let Change::UpsertService(s) = &c else {
+                panic!("a first scan only adds Services: {c:?}")
+            };
+            by_id.insert(s.id.clone(), c);
+        }
+        by_id
+    };
+    let whole = last_wins(d.scan(&mut ManifestDir::new(&d.0)));
+    assert_eq!(whole.len(), n + 1);
+    assert_eq!(last_wins(sent.into_iter().flatten().collect()), whole);
+    // And the state it ends in is the same: nothing left to send.
+    assert_eq!(d.scan(&mut chunked), []);
+}
+
+#[test]
 fn a_file_that_does_not_parse_keeps_its_objects() {
     let d = TempDir::new("unparsable");
     d.write("a.yaml", &svc_yaml("a", "10.96.0.1", 80, "TCP"));
