@@ -236,7 +236,10 @@ fn a_scan_in_chunks_ends_where_one_scan_ends() {
     let n = SCAN_CHUNK + 50;
     for i in 0..n {
         let ip = format!("10.96.{}.{}", i / 250, i % 250 + 1);
-        d.write(&format!("s{i:05}.yaml"), &svc_yaml(&format!("s{i}"), &ip, 80, "TCP"));
+        d.write(
+            &format!("s{i:05}.yaml"),
+            &svc_yaml(&format!("s{i}"), &ip, 80, "TCP"),
+        );
     }
     // Defined twice, in files that may land in different chunks: the first
     // in name order wins whichever chunk reads it last.
@@ -251,7 +254,12 @@ fn a_scan_in_chunks_ends_where_one_scan_ends() {
             true
         })
         .expect("scan");
-    assert!(sent.len() >= 2, "{} files came in {} chunks", n + 2, sent.len());
+    assert!(
+        sent.len() >= 2,
+        "{} files came in {} chunks",
+        n + 2,
+        sent.len()
+    );
     let last_wins = |changes: Vec<Change>| {
         let mut by_id = BTreeMap::new();
         for c in changes {
