@@ -29,11 +29,7 @@ use tokio::sync::mpsc;
 use tracing::{debug, error, info, warn};
 
 use super::SourceMsg;
-use crate::{
-    model::{ServiceId, SliceId},
-    small_set::SmallSet,
-    store::Change,
-};
+use crate::{small_set::SmallSet, store::Change};
 
 /// How long to wait for more events after the first one, so a burst (an
 /// editor's write-then-rename, `kubectl` writing several files) lands as one
@@ -72,10 +68,13 @@ struct FileState {
 #[derive(Debug)]
 pub struct ManifestDir {
     dir: PathBuf,
-    files: HashMap<PathBuf, FileState>,
+    /// Keyed by one shared copy of each path, which the index below holds
+    /// too: two objects per file at 100k files made path copies a large
+    /// part of a manifest agent's memory.
+    files: HashMap<Arc<Path>, FileState>,
     /// Which files define each object, so resolving one object never walks
     /// every file.
-    defined_in: BTreeMap<ObjRef, SmallSet<PathBuf>>,
+    defined_in: BTreeMap<ObjRef, SmallSet<Arc<Path>>>,
     /// The directory's stamp when the last scan began.
     dir_stamp: Option<Stamp>,
 }
@@ -168,7 +167,7 @@ impl ManifestDir {
 
     /// The files to read again: (path, its stamp now or `None` when it is
     /// gone).
-    fn candidates(&mut self, scope: Scope<'_>) -> std::io::Result<Vec<(PathBuf, Option<Stamp>)>> {
+    fn candidates(&mut self, scope: Scope<'_>) -> std::io::Result<Vec<(Arc<Path>, Option<Stamp>)>> {
         // Before reading: a change made during the scan shows next time.
         self.dir_stamp = dir_stamp(&self.dir);
         let mut candidates = Vec::new();
@@ -183,35 +182,42 @@ impl ManifestDir {
                     let Some(now) = stamp(&path) else {
                         continue;
                     };
-                    if self.files.get(&path).and_then(|f| f.stamp.as_ref()) != Some(&now) {
-                        candidates.push((path.clone(), Some(now)));
+                    if self.files.get(&*path).and_then(|f| f.stamp.as_ref()) != Some(&now) {
+                        candidates.push((self.shared(&path), Some(now)));
                     }
                     seen.insert(path);
                 }
-                for path in self.files.keys().filter(|p| !seen.contains(*p)) {
-                    candidates.push((path.clone(), None));
+                for path in self.files.keys().filter(|p| !seen.contains(&***p)) {
+                    candidates.push((Arc::clone(path), None));
                 }
             }
             // Named by inotify: re-read whatever the stamp says, as two writes
             // within one timestamp tick can leave it unchanged.
             Scope::Paths(paths) => {
                 for path in paths.iter().filter(|p| is_manifest(p)) {
-                    candidates.push((path.clone(), stamp(path)));
+                    candidates.push((self.shared(path), stamp(path)));
                 }
             }
         }
         Ok(candidates)
     }
 
+    /// The copy of `path` the index holds, or a new one.
+    fn shared(&self, path: &Path) -> Arc<Path> {
+        self.files
+            .get_key_value(path)
+            .map_or_else(|| Arc::from(path), |(k, _)| Arc::clone(k))
+    }
+
     /// Reads `candidates` and folds them in; the changes that made.
-    fn read_candidates(&mut self, candidates: Vec<(PathBuf, Option<Stamp>)>) -> Vec<Change> {
+    fn read_candidates(&mut self, candidates: Vec<(Arc<Path>, Option<Stamp>)>) -> Vec<Change> {
         if candidates.is_empty() {
             return Vec::new();
         }
         // Only objects of the files that changed can change; resolve just those.
         let mut touched: BTreeSet<ObjRef> = BTreeSet::new();
         for (path, _) in &candidates {
-            if let Some(f) = self.files.get(path) {
+            if let Some(f) = self.files.get(&**path) {
                 touched.extend(f.objects.keys().cloned());
             }
         }
@@ -221,13 +227,13 @@ impl ManifestDir {
         let mut parse_jobs = Vec::new();
         for (path, now) in candidates {
             let Some(now) = now else {
-                if let Some(old) = self.files.remove(&path) {
+                if let Some(old) = self.files.remove(&*path) {
                     info!(file = %path.display(), "manifest removed");
                     self.unindex(&path, old.objects.keys());
                 }
                 continue;
             };
-            let state = self.files.entry(path.clone()).or_default();
+            let state = self.files.entry(Arc::clone(&path)).or_default();
             state.stamp = Some(now.clone());
             if now.len == 0 && !state.objects.is_empty() {
                 // A writer that truncates before it writes: wait for content
@@ -240,7 +246,7 @@ impl ManifestDir {
         }
         let parsed = parse_all(&parse_jobs, &self.files);
         for (path, result) in parse_jobs.into_iter().zip(parsed) {
-            let state = self.files.entry(path.clone()).or_default();
+            let state = self.files.entry(Arc::clone(&path)).or_default();
             match result {
                 Ok(parsed) => {
                     let old = std::mem::replace(&mut state.objects, parsed.objects);
@@ -251,7 +257,7 @@ impl ManifestDir {
                         self.defined_in
                             .entry(r.clone())
                             .or_default()
-                            .insert(path.clone());
+                            .insert(Arc::clone(&path));
                         touched.insert(r);
                     }
                 }
@@ -281,7 +287,10 @@ impl ManifestDir {
         let mut out = BTreeMap::new();
         for r in refs {
             let mut files = self.defined_in.get(r).into_iter().flatten();
-            let Some(first) = files.next().and_then(|p| self.files.get(p)?.objects.get(r)) else {
+            let Some(first) = files
+                .next()
+                .and_then(|p| self.files.get(&**p)?.objects.get(r))
+            else {
                 continue;
             };
             if let Some(path) = files.next() {
@@ -295,11 +304,11 @@ impl ManifestDir {
 
 /// Parses `paths` on every core; results come back in the order of `paths`.
 fn parse_all(
-    paths: &[PathBuf],
-    files: &HashMap<PathBuf, FileState>,
+    paths: &[Arc<Path>],
+    files: &HashMap<Arc<Path>, FileState>,
 ) -> Vec<Result<parse::Parsed, ManifestError>> {
     let empty = Objects::default();
-    let one = |p: &PathBuf| parse::parse_file(p, files.get(p).map_or(&empty, |f| &f.objects));
+    let one = |p: &Arc<Path>| parse::parse_file(p, files.get(&**p).map_or(&empty, |f| &f.objects));
     let threads = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
     // Threads only pay off for a batch, such as a cold start.
     if threads < 2 || paths.len() < 64 {
@@ -373,9 +382,9 @@ fn diff(before: &BTreeMap<ObjRef, Object>, after: &BTreeMap<ObjRef, Object>) -> 
 }
 
 fn delete(r: &ObjRef) -> Change {
-    match r.kind {
-        parse::Kind::Service => Change::DeleteService(ServiceId::new(&r.namespace, &r.name)),
-        parse::Kind::EndpointSlice => Change::DeleteSlice(SliceId::new(&r.namespace, &r.name)),
+    match r {
+        ObjRef::Service(id) => Change::DeleteService(id.clone()),
+        ObjRef::EndpointSlice(id) => Change::DeleteSlice(id.clone()),
     }
 }
 
@@ -390,14 +399,8 @@ struct Pending {
 
 impl Pending {
     fn add(&mut self, dir: &Path, ev: notify::Result<notify::Event>) {
-        use notify::event::{AccessKind, AccessMode, EventKind};
         match ev {
-            // Our own reads (opening the directory, reading files) come back as
-            // access events; reacting to them would rescan forever. Only a
-            // writer closing a file says something changed.
-            Ok(ev)
-                if matches!(ev.kind, EventKind::Access(_))
-                    && ev.kind != EventKind::Access(AccessKind::Close(AccessMode::Write)) => {}
+            Ok(ev) if is_a_read(&ev) => {}
             Ok(ev) if !ev.need_rescan() && !ev.paths.is_empty() => {
                 for p in ev.paths {
                     let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
@@ -417,6 +420,15 @@ impl Pending {
             _ => self.full = true,
         }
     }
+}
+
+/// Our own reads (opening the directory, reading files) come back as access
+/// events; reacting to them would rescan forever. Only a writer closing a
+/// file says something changed.
+fn is_a_read(ev: &notify::Event) -> bool {
+    use notify::event::{AccessKind, AccessMode, EventKind};
+    matches!(ev.kind, EventKind::Access(_))
+        && ev.kind != EventKind::Access(AccessKind::Close(AccessMode::Write))
 }
 
 /// The event that ends a write of a manifest: a file renamed into place (an
@@ -450,8 +462,13 @@ fn completes_a_write(dir: &Path, ev: &notify::Result<notify::Event>) -> bool {
 pub async fn run(dir: PathBuf, tx: mpsc::Sender<SourceMsg>) -> Result<(), notify::Error> {
     use notify::{RecursiveMode, Watcher as _};
     let (ev_tx, mut ev_rx) = mpsc::unbounded_channel();
-    let mut watcher = notify::recommended_watcher(move |ev| {
-        let _ = ev_tx.send(ev);
+    // Reads are dropped here, on notify's thread: the first scan opens
+    // every file, and 100k queued open events would hold tens of MiB until
+    // the scan ends and the loop below drains them.
+    let mut watcher = notify::recommended_watcher(move |ev: notify::Result<notify::Event>| {
+        if !ev.as_ref().is_ok_and(is_a_read) {
+            let _ = ev_tx.send(ev);
+        }
     })?;
     watcher.watch(&dir, RecursiveMode::NonRecursive)?;
 

@@ -10,29 +10,51 @@ use tracing::{debug, error, warn};
 
 use crate::{
     k8s::{self, ObjectError, SliceOutcome, wire::EndpointSlice},
-    model::{ServiceSpec, SliceSpec},
+    model::{ServiceId, ServiceSpec, SliceId, SliceSpec},
 };
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub(super) enum Kind {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
     Service,
     EndpointSlice,
 }
 
+/// The object a document defines, by the id the store knows it by. Once the
+/// document converts, the id is the converted object's own (see
+/// [`ObjRef::sharing`]): the files' index then holds no copy of the name.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub(super) struct ObjRef {
-    pub kind: Kind,
-    pub namespace: String,
-    pub name: String,
+pub(super) enum ObjRef {
+    Service(ServiceId),
+    EndpointSlice(SliceId),
+}
+
+impl ObjRef {
+    fn new(kind: Kind, namespace: &str, name: &str) -> Self {
+        match kind {
+            Kind::Service => Self::Service(ServiceId::new(namespace, name)),
+            Kind::EndpointSlice => Self::EndpointSlice(SliceId::new(namespace, name)),
+        }
+    }
+
+    /// The same reference holding `obj`'s copy of the name, when `obj` is
+    /// the object it names.
+    fn sharing(self, obj: &Object) -> Self {
+        match (self, obj) {
+            (Self::Service(id), Object::Service(s)) if s.id == id => Self::Service(s.id.clone()),
+            (Self::EndpointSlice(id), Object::Slice(s)) if s.id == id => {
+                Self::EndpointSlice(s.id.clone())
+            }
+            (r, _) => r,
+        }
+    }
 }
 
 impl fmt::Display for ObjRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let kind = match self.kind {
-            Kind::Service => "Service",
-            Kind::EndpointSlice => "EndpointSlice",
-        };
-        write!(f, "{kind}/{}/{}", self.namespace, self.name)
+        match self {
+            Self::Service(id) => write!(f, "Service/{id}"),
+            Self::EndpointSlice(id) => write!(f, "EndpointSlice/{id}"),
+        }
     }
 }
 
@@ -221,20 +243,14 @@ pub(super) fn parse_file(path: &Path, previous: &Objects) -> Result<Parsed, Mani
             out.had_errors = true;
             continue;
         }
-        let r = ObjRef {
-            kind,
-            namespace,
-            name,
-        };
+        let r = ObjRef::new(kind, &namespace, &name);
         let converted = match body {
             Some(Ok(body)) => convert(*body, &r, path),
             Some(Err(e)) => Err(e),
             None => unreachable!("a supported kind always has a body"),
         };
         match converted {
-            Ok(obj) => {
-                objects.push((r, obj));
-            }
+            Ok(obj) => objects.push((r.sharing(&obj), obj)),
             Err(e) => {
                 out.had_errors = true;
                 match previous.get(&r) {

@@ -7,7 +7,8 @@ use std::{
 
 use super::*;
 use crate::model::{
-    EndpointSpec, IpFamily, Protocol, ServicePortSpec, ServiceSpec, SlicePortSpec, SliceSpec,
+    EndpointSpec, IpFamily, Protocol, ServiceId, ServicePortSpec, ServiceSpec, SliceId,
+    SlicePortSpec, SliceSpec,
 };
 
 /// A fresh directory under the system temp dir, removed on drop.
@@ -634,5 +635,37 @@ fn the_last_event_of_a_write_is_not_debounced() {
         EventKind::Modify(ModifyKind::Name(RenameMode::From)),
     ] {
         assert!(!completes_a_write(&dir, &ev(kind, "a.yaml")), "{kind:?}");
+    }
+}
+
+#[test]
+fn the_index_shares_names_and_paths_with_what_it_indexes() {
+    // At 100k files, a copy of each name and path per index entry was most
+    // of what a manifest agent held beyond the objects themselves.
+    let dir = TempDir::new("shared");
+    let text = format!(
+        "{}---\n{}",
+        svc_yaml("a", "10.96.0.1", 80, "TCP"),
+        slice_yaml("a-1", "a", "IPv4", "- addresses: [\"10.1.0.1\"]\n")
+    );
+    dir.write("a.yaml", &text);
+    let mut md = ManifestDir::new(&dir.0);
+    assert_eq!(dir.scan(&mut md).len(), 2);
+    let (path, file) = md.files.iter().next().expect("one file");
+    assert_eq!(file.objects.len(), 2);
+    let name_of = |r: &ObjRef| match r {
+        ObjRef::Service(id) => id.name().as_ptr(),
+        ObjRef::EndpointSlice(id) => id.name().as_ptr(),
+    };
+    for r in file.objects.keys() {
+        let own = match file.objects.get(r) {
+            Some(Object::Service(s)) => s.id.name().as_ptr(),
+            Some(Object::Slice(s)) => s.id.name().as_ptr(),
+            other => panic!("{r}: {other:?}"),
+        };
+        assert_eq!(name_of(r), own, "{r}: a copy of the name");
+        let (indexed, files) = md.defined_in.get_key_value(r).expect("indexed");
+        assert_eq!(name_of(indexed), own, "{r}: the index copies it");
+        assert!(Arc::ptr_eq(files.first().unwrap(), path), "{r}: a copy of the path");
     }
 }
