@@ -666,6 +666,9 @@ fn the_index_shares_names_and_paths_with_what_it_indexes() {
         assert_eq!(name_of(r), own, "{r}: a copy of the name");
         let (indexed, files) = md.defined_in.get_key_value(r).expect("indexed");
         assert_eq!(name_of(indexed), own, "{r}: the index copies it");
-        assert!(Arc::ptr_eq(files.first().unwrap(), path), "{r}: a copy of the path");
+        assert!(
+            Arc::ptr_eq(files.first().unwrap(), path),
+            "{r}: a copy of the path"
+        );
     }
 }
