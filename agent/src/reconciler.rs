@@ -10,7 +10,7 @@ use crate::hash::HashMap;
 use crate::{
     maps::{LbMaps, MapError, MapName, MapOp},
     model::{DesiredFrontend, Frontend, Scope, ServiceId},
-    planner::{self, Allocated, FrontendImage, Ids, Plan},
+    planner::{self, Allocated, FrontendImage, Ids, ImageParts, Plan},
     small_set::SmallSet,
 };
 
@@ -360,11 +360,15 @@ impl<M: LbMaps> Reconciler<M> {
                 } else {
                     p.ops.len()
                 };
-                let mut img = self.images.get(&p.frontend).cloned().unwrap_or_default();
+                let mut img = self
+                    .images
+                    .get(&p.frontend)
+                    .map(FrontendImage::to_parts)
+                    .unwrap_or_default();
                 for op in &p.ops[..n] {
                     apply_to_image(&mut img, op);
                 }
-                img
+                FrontendImage::from(img)
             })
             .collect();
         for (p, w) in plans.iter().zip(&written).rev() {
@@ -409,7 +413,7 @@ impl<M: LbMaps> Reconciler<M> {
         self.adjust_used(&before, &sizes(&written));
         for a in &plan.allocated {
             match *a {
-                Allocated::Backend(id) if !written.backends.contains_key(&id) => {
+                Allocated::Backend(id) if !written.backends.contains(id) => {
                     self.ids.backends.release(id)
                 }
                 Allocated::RevNat(id) if written.rev_nat_id != id => self.ids.revnat.release(id),
@@ -506,14 +510,14 @@ fn held_by(
     old: Option<&FrontendImage>,
     written: &FrontendImage,
 ) -> FrontendImage {
-    let mut img = FrontendImage::default();
+    let mut img = ImageParts::default();
     for src in old.into_iter().chain([written]) {
-        for &slot in src.services.keys() {
+        for (slot, _) in src.services.iter() {
             if let Some(v) = s.services.get(&planner::service_key(fe, slot)) {
                 img.services.insert(slot, *v);
             }
         }
-        for &id in src.backends.keys() {
+        for id in src.backends.ids() {
             if let Some(b) = s.backends.get(&id) {
                 img.backends.insert(id, *b);
             }
@@ -525,10 +529,10 @@ fn held_by(
         img.src_ranges
             .extend(src.src_ranges.iter().filter(|r| s.src_ranges.contains(r)));
     }
-    img
+    FrontendImage::from(img)
 }
 
-fn apply_to_image(img: &mut FrontendImage, op: &MapOp) {
+fn apply_to_image(img: &mut ImageParts, op: &MapOp) {
     match *op {
         MapOp::UpsertService(k, v) => drop(img.services.insert(k.slot, v)),
         MapOp::DeleteService(k) => drop(img.services.remove(&k.slot)),

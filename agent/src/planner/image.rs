@@ -6,7 +6,7 @@ use weir_abi::{
     ServiceValue,
 };
 
-use super::{Allocated, Ids};
+use super::{Allocated, Backends, Ids, Slots};
 use crate::hash::HashMap;
 use crate::{
     maps::SrcRange,
@@ -20,13 +20,46 @@ pub struct FrontendImage {
     pub rev_nat_id: u32,
     pub revnat: RevNat,
     /// Services-map values by slot; slot 0 is the master.
-    pub services: BTreeMap<u16, ServiceValue>,
-    pub backends: BTreeMap<u32, Backend>,
+    pub services: Slots,
+    pub backends: Backends,
     /// Source-range trie entries, all keyed by `rev_nat_id`.
     pub src_ranges: BTreeSet<SrcRange>,
 }
 
+/// A [`FrontendImage`] laid out for editing entry by entry: restoring one
+/// from the maps, or following a partly applied plan.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ImageParts {
+    pub rev_nat_id: u32,
+    pub revnat: RevNat,
+    pub services: BTreeMap<u16, ServiceValue>,
+    pub backends: BTreeMap<u32, Backend>,
+    pub src_ranges: BTreeSet<SrcRange>,
+}
+
+impl From<ImageParts> for FrontendImage {
+    fn from(p: ImageParts) -> Self {
+        Self {
+            rev_nat_id: p.rev_nat_id,
+            revnat: p.revnat,
+            services: Slots::from_map(p.services),
+            backends: Backends::from_map(p.backends),
+            src_ranges: p.src_ranges,
+        }
+    }
+}
+
 impl FrontendImage {
+    pub fn to_parts(&self) -> ImageParts {
+        ImageParts {
+            rev_nat_id: self.rev_nat_id,
+            revnat: self.revnat,
+            services: self.services.to_map(),
+            backends: self.backends.to_map(),
+            src_ranges: self.src_ranges.clone(),
+        }
+    }
+
     /// The image of `desired`, reusing the ids `old` already gave to the same
     /// backends so that unchanged backends are not rewritten.
     pub fn build(
@@ -48,7 +81,7 @@ impl FrontendImage {
             .map(|o| {
                 o.backends
                     .iter()
-                    .map(|(&id, b)| ((b.addr, b.port), id))
+                    .map(|(id, b)| ((b.addr, b.port), id))
                     .collect()
             })
             .unwrap_or_default();
@@ -76,6 +109,8 @@ impl FrontendImage {
             ..Self::default()
         };
         let (mut count, mut qcount) = (0u16, 0u16);
+        let mut slots = Vec::with_capacity(ordered.len());
+        let mut backends = Vec::with_capacity(ordered.len());
         for b in ordered {
             let value = Backend {
                 addr: Addr::from(b.addr),
@@ -96,7 +131,7 @@ impl FrontendImage {
                     allocated.push(Allocated::Backend(id));
                     id
                 });
-            image.backends.insert(id, value);
+            backends.push((id, value));
             match b.state {
                 BackendState::Active => count += 1,
                 BackendState::Terminating => qcount += 1,
@@ -104,16 +139,10 @@ impl FrontendImage {
                 // does, so nothing new picks it.
                 BackendState::Draining => continue,
             }
-            let slot = count.saturating_add(qcount);
-            image.services.insert(
-                slot,
-                ServiceValue {
-                    backend_id: id,
-                    rev_nat_id,
-                    ..ServiceValue::default()
-                },
-            );
+            // Slot `count + qcount`: actives first, then terminating ones.
+            slots.push(id);
         }
+        image.backends = Backends::from_unsorted(backends);
         image.src_ranges = desired
             .source_ranges
             .iter()
@@ -135,17 +164,15 @@ impl FrontendImage {
         if !image.src_ranges.is_empty() {
             flags |= SVC_F_SRC_RANGES;
         }
-        image.services.insert(
-            0,
-            ServiceValue {
-                count,
-                qcount,
-                rev_nat_id,
-                flags,
-                affinity_timeout,
-                ..ServiceValue::default()
-            },
-        );
+        let master = ServiceValue {
+            count,
+            qcount,
+            rev_nat_id,
+            flags,
+            affinity_timeout,
+            ..ServiceValue::default()
+        };
+        image.services = Slots::plain(Some(master), rev_nat_id, slots);
         image
     }
 }

@@ -21,6 +21,7 @@
 // the unit tests.
 #[doc(hidden)]
 pub mod check;
+mod compact;
 mod ids;
 mod image;
 mod restore;
@@ -29,8 +30,9 @@ use std::collections::BTreeMap;
 
 use weir_abi::BACKEND_STATE_DRAINING;
 
+pub use compact::{Backends, Slots};
 pub use ids::{IdAllocator, Ids};
-pub use image::{FrontendImage, service_key};
+pub use image::{FrontendImage, ImageParts, service_key};
 pub use restore::{Restored, restore};
 
 use crate::{
@@ -91,9 +93,9 @@ pub fn diff(
     // removed one does (the datapath refuses a draining backend found in a
     // slot). They need no slot, so nothing has to wait for them.
     let draining = |b: &weir_abi::Backend| b.state == BACKEND_STATE_DRAINING;
-    for (&id, b) in &new_img.backends {
-        if !draining(b) && old.backends.get(&id) != Some(b) {
-            ops.push(MapOp::UpsertBackend(id, *b));
+    for (id, b) in new_img.backends.iter() {
+        if !draining(&b) && old.backends.get(id) != Some(b) {
+            ops.push(MapOp::UpsertBackend(id, b));
         }
     }
     if new.is_some() && (old.rev_nat_id != new_img.rev_nat_id || old.revnat != new_img.revnat) {
@@ -102,32 +104,32 @@ pub fn diff(
     for r in new_img.src_ranges.difference(&old.src_ranges) {
         ops.push(MapOp::UpsertSrcRange(*r));
     }
-    for (&slot, v) in new_img.services.range(1..) {
-        if old.services.get(&slot) != Some(v) {
-            ops.push(MapOp::UpsertService(service_key(frontend, slot), *v));
+    for (slot, v) in new_img.services.slots() {
+        if old.services.get(slot) != Some(v) {
+            ops.push(MapOp::UpsertService(service_key(frontend, slot), v));
         }
     }
-    if let Some(master) = new_img.services.get(&0)
-        && old.services.get(&0) != Some(master)
+    if let Some(master) = new_img.services.get(0)
+        && old.services.get(0) != Some(master)
     {
-        ops.push(MapOp::UpsertService(service_key(frontend, 0), *master));
+        ops.push(MapOp::UpsertService(service_key(frontend, 0), master));
     }
 
-    if old.services.contains_key(&0) && !new_img.services.contains_key(&0) {
+    if old.services.contains(0) && !new_img.services.contains(0) {
         ops.push(MapOp::DeleteService(service_key(frontend, 0)));
     }
-    for &slot in old.services.range(1..).map(|(s, _)| s) {
-        if !new_img.services.contains_key(&slot) {
+    for (slot, _) in old.services.slots() {
+        if !new_img.services.contains(slot) {
             ops.push(MapOp::DeleteService(service_key(frontend, slot)));
         }
     }
-    for (&id, b) in &new_img.backends {
-        if draining(b) && old.backends.get(&id) != Some(b) {
-            ops.push(MapOp::UpsertBackend(id, *b));
+    for (id, b) in new_img.backends.iter() {
+        if draining(&b) && old.backends.get(id) != Some(b) {
+            ops.push(MapOp::UpsertBackend(id, b));
         }
     }
-    for &id in old.backends.keys() {
-        if !new_img.backends.contains_key(&id) {
+    for id in old.backends.ids() {
+        if !new_img.backends.contains(id) {
             ops.push(MapOp::DeleteBackend(id));
         }
     }
@@ -153,13 +155,13 @@ pub fn growth(
     if let Some(new) = new {
         let services = new
             .services
-            .keys()
-            .filter(|s| !old.services.contains_key(s))
+            .iter()
+            .filter(|(s, _)| !old.services.contains(*s))
             .count();
         let backends = new
             .backends
-            .keys()
-            .filter(|b| !old.backends.contains_key(b))
+            .ids()
+            .filter(|b| !old.backends.contains(*b))
             .count();
         let revnat = usize::from(new.rev_nat_id != old.rev_nat_id);
         let src_ranges = new.src_ranges.difference(&old.src_ranges).count();

@@ -5,7 +5,7 @@ use std::{
     net::IpAddr,
 };
 
-use super::{FrontendImage, Ids};
+use super::{FrontendImage, Ids, ImageParts};
 use crate::{
     maps::{MapOp, Snapshot},
     model::{Frontend, Protocol, Scope},
@@ -26,6 +26,7 @@ pub fn restore(s: &Snapshot) -> Restored {
     let mut claimed_backends = BTreeSet::new();
     let mut claimed_revnat = BTreeSet::new();
 
+    let mut parts: BTreeMap<Frontend, ImageParts> = BTreeMap::new();
     for (k, master) in s.services.iter().filter(|(k, _)| k.slot == 0) {
         let Some(proto) = Protocol::from_ip_proto(k.proto) else {
             continue;
@@ -42,9 +43,9 @@ pub fn restore(s: &Snapshot) -> Restored {
             proto,
             scope,
         };
-        let mut image = FrontendImage {
+        let mut image = ImageParts {
             rev_nat_id: master.rev_nat_id,
-            ..FrontendImage::default()
+            ..ImageParts::default()
         };
         if let Some(r) = s.revnat.get(&master.rev_nat_id) {
             image.revnat = *r;
@@ -67,12 +68,11 @@ pub fn restore(s: &Snapshot) -> Restored {
                 image.backends.insert(v.backend_id, *b);
             }
         }
-        out.images.insert(fe, image);
+        parts.insert(fe, image);
     }
 
     // Ranges belong to the frontend whose rev-NAT id they carry.
-    let mut by_revnat: BTreeMap<u32, &mut FrontendImage> = out
-        .images
+    let mut by_revnat: BTreeMap<u32, &mut ImageParts> = parts
         .values_mut()
         .map(|img| (img.rev_nat_id, img))
         .collect();
@@ -98,6 +98,11 @@ pub fn restore(s: &Snapshot) -> Restored {
             claimed_backends.insert(id);
         }
     }
+
+    out.images = parts
+        .into_iter()
+        .map(|(fe, p)| (fe, FrontendImage::from(p)))
+        .collect();
 
     for k in s.services.keys().filter(|k| !claimed_slots.contains(*k)) {
         out.orphans.push(MapOp::DeleteService(*k));

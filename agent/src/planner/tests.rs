@@ -438,7 +438,7 @@ fn restore_keeps_draining_backends_of_restored_frontends_only() {
         .backends
         .iter()
         .find(|(_, b)| b.addr == Addr::from(IpAddr::from([10, 0, 0, 3])))
-        .map(|(&id, _)| id)
+        .map(|(id, _)| id)
         .unwrap();
     assert_eq!(p.ops, [MapOp::DeleteBackend(gone)]);
 }
@@ -517,14 +517,14 @@ fn build_reuses_ids_and_reports_only_new_allocations() {
     let slots: Vec<(u16, u32)> = second
         .services
         .iter()
-        .map(|(&s, v)| (s, v.backend_id))
+        .map(|(s, v)| (s, v.backend_id))
         .collect();
     assert_eq!(slots, [(0, 0), (1, 2), (2, 3), (3, 1)]);
     assert_eq!(
-        second.backends[&1].state,
+        second.backends.get(1).unwrap().state,
         weir_abi::BACKEND_STATE_TERMINATING
     );
-    assert!(second.services.values().all(|v| v.rev_nat_id == 1));
+    assert!(second.services.iter().all(|(_, v)| v.rev_nat_id == 1));
 }
 
 #[test]

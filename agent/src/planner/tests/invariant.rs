@@ -135,7 +135,7 @@ fn a_frontend_with_backends_never_looks_empty_nor_reaches_a_removed_backend() {
 /// rev-NAT id, in the draining state and in no slot.
 fn check_draining(w: &World, fe: Frontend, bs: &[Backend], ctx: &str) {
     let img = &w.images[&fe];
-    let in_slots: BTreeSet<u32> = img.services.range(1..).map(|(_, v)| v.backend_id).collect();
+    let in_slots: BTreeSet<u32> = img.services.slots().map(|(_, v)| v.backend_id).collect();
     let mut draining = BTreeSet::new();
     for (id, b) in &w.maps.state.backends {
         if b.rev_nat_id != img.rev_nat_id || b.state != weir_abi::BACKEND_STATE_DRAINING {

@@ -1,0 +1,416 @@
+//! The entries of one frontend, held by what varies between them.
+//!
+//! The reconciler keeps every frontend's entries as written, to plan the next
+//! change as a diff and to roll a failed one back. As two `BTreeMap`s per
+//! frontend that was 58 MB of leaves at 100k Services × 10 endpoints, and
+//! most of it repeated what the frontend already says: a slot value only
+//! names a backend (every other field is the rev-NAT id or zero), and every
+//! backend carries its frontend's protocol and rev-NAT id, mostly with an
+//! IPv4 address in 16 bytes.
+//!
+//! So what [`super::FrontendImage::build`] writes is held as backend ids in
+//! slot order (4 bytes a slot) and, per backend, id, address, port and state
+//! (12 bytes for IPv4, 24 for IPv6); values are rebuilt on read. Anything
+//! else (entries restored from maps an older agent wrote, or left by a
+//! failed rollback) is held as it is, in a map: correctness never depends
+//! on the compact form, only memory does. Each set of entries has exactly
+//! one form, so comparing forms compares entries.
+use std::collections::BTreeMap;
+use std::fmt;
+
+use weir_abi::{Addr, Backend, ServiceValue};
+
+/// Services-map values by slot; slot 0 is the master.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Slots {
+    master: Option<ServiceValue>,
+    rest: SlotRest,
+}
+
+#[derive(Clone, PartialEq, Eq)]
+enum SlotRest {
+    /// Slot `i + 1` is `{ backend_id: ids[i], rev_nat_id }`, all else zero.
+    Plain { rev_nat_id: u32, ids: Box<[u32]> },
+    /// Any other slots, by slot (never slot 0).
+    Explicit(BTreeMap<u16, ServiceValue>),
+}
+
+impl Default for SlotRest {
+    fn default() -> Self {
+        Self::Plain {
+            rev_nat_id: 0,
+            ids: Box::default(),
+        }
+    }
+}
+
+/// The value a plain slot holds.
+const fn plain_slot(backend_id: u32, rev_nat_id: u32) -> ServiceValue {
+    ServiceValue {
+        backend_id,
+        count: 0,
+        qcount: 0,
+        rev_nat_id,
+        flags: 0,
+        _pad: [0; 2],
+        affinity_timeout: 0,
+    }
+}
+
+impl Slots {
+    /// `master` and slots `1..=ids.len()` naming `ids` in order.
+    pub fn plain(master: Option<ServiceValue>, rev_nat_id: u32, ids: Vec<u32>) -> Self {
+        let rev_nat_id = if ids.is_empty() { 0 } else { rev_nat_id };
+        Self {
+            master,
+            rest: SlotRest::Plain {
+                rev_nat_id,
+                ids: ids.into_boxed_slice(),
+            },
+        }
+    }
+
+    /// Any values by slot, in the compact form when they have one.
+    pub fn from_map(mut map: BTreeMap<u16, ServiceValue>) -> Self {
+        let master = map.remove(&0);
+        let rev_nat_id = map.values().next().map_or(0, |v| v.rev_nat_id);
+        let plain = map
+            .iter()
+            .zip(1u16..)
+            .all(|((&slot, v), want)| slot == want && *v == plain_slot(v.backend_id, rev_nat_id));
+        if plain {
+            let ids = map.values().map(|v| v.backend_id).collect();
+            Self::plain(master, rev_nat_id, ids)
+        } else {
+            Self {
+                master,
+                rest: SlotRest::Explicit(map),
+            }
+        }
+    }
+
+    pub fn to_map(&self) -> BTreeMap<u16, ServiceValue> {
+        self.iter().collect()
+    }
+
+    pub fn get(&self, slot: u16) -> Option<ServiceValue> {
+        if slot == 0 {
+            return self.master;
+        }
+        match &self.rest {
+            SlotRest::Plain { rev_nat_id, ids } => ids
+                .get(usize::from(slot) - 1)
+                .map(|&id| plain_slot(id, *rev_nat_id)),
+            SlotRest::Explicit(map) => map.get(&slot).copied(),
+        }
+    }
+
+    pub fn contains(&self, slot: u16) -> bool {
+        match (&self.rest, slot) {
+            (_, 0) => self.master.is_some(),
+            (SlotRest::Plain { ids, .. }, _) => usize::from(slot) <= ids.len(),
+            (SlotRest::Explicit(map), _) => map.contains_key(&slot),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        usize::from(self.master.is_some())
+            + match &self.rest {
+                SlotRest::Plain { ids, .. } => ids.len(),
+                SlotRest::Explicit(map) => map.len(),
+            }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Slots `1..` in order.
+    pub fn slots(&self) -> impl Iterator<Item = (u16, ServiceValue)> + '_ {
+        let (plain, explicit) = match &self.rest {
+            SlotRest::Plain { rev_nat_id, ids } => (Some((*rev_nat_id, ids)), None),
+            SlotRest::Explicit(map) => (None, Some(map)),
+        };
+        let plain = plain.into_iter().flat_map(|(rev, ids)| {
+            ids.iter()
+                .zip(1u16..)
+                .map(move |(&id, slot)| (slot, plain_slot(id, rev)))
+        });
+        let explicit = explicit
+            .into_iter()
+            .flat_map(|m| m.iter().map(|(&s, &v)| (s, v)));
+        plain.chain(explicit)
+    }
+
+    /// Every slot, the master first.
+    pub fn iter(&self) -> impl Iterator<Item = (u16, ServiceValue)> + '_ {
+        self.master.map(|m| (0, m)).into_iter().chain(self.slots())
+    }
+}
+
+impl fmt::Debug for Slots {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map().entries(self.iter()).finish()
+    }
+}
+
+/// Backends-map values by backend id.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Backends(BackendRepr);
+
+#[derive(Clone, PartialEq, Eq)]
+enum BackendRepr {
+    /// Sorted by id; every address IPv4-mapped.
+    V4(Shared, Box<[Entry<u32>]>),
+    /// Sorted by id; some address not IPv4-mapped.
+    V6(Shared, Box<[Entry<Addr>]>),
+    /// Backends that differ in protocol or rev-NAT id.
+    Explicit(BTreeMap<u32, Backend>),
+}
+
+/// What every backend of a compact set has in common.
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+struct Shared {
+    proto: u8,
+    rev_nat_id: u32,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Entry<A> {
+    id: u32,
+    addr: A,
+    /// Network order, as in [`Backend::port`].
+    port: u16,
+    state: u8,
+}
+
+/// An address as a compact entry holds it.
+trait Packed: Copy {
+    fn pack(addr: Addr) -> Option<Self>;
+    fn unpack(self) -> Addr;
+}
+
+impl Packed for u32 {
+    fn pack(addr: Addr) -> Option<Self> {
+        addr.is_v4().then(|| addr.v4())
+    }
+
+    fn unpack(self) -> Addr {
+        Addr::from_v4(self)
+    }
+}
+
+impl Packed for Addr {
+    fn pack(addr: Addr) -> Option<Self> {
+        Some(addr)
+    }
+
+    fn unpack(self) -> Addr {
+        self
+    }
+}
+
+impl<A: Packed> Entry<A> {
+    fn pack(id: u32, b: &Backend, shared: Shared) -> Option<Self> {
+        (b.proto == shared.proto && b.rev_nat_id == shared.rev_nat_id).then_some(())?;
+        Some(Self {
+            id,
+            addr: A::pack(b.addr)?,
+            port: b.port,
+            state: b.state,
+        })
+    }
+
+    fn unpack(&self, shared: Shared) -> (u32, Backend) {
+        let b = Backend {
+            addr: self.addr.unpack(),
+            port: self.port,
+            proto: shared.proto,
+            state: self.state,
+            rev_nat_id: shared.rev_nat_id,
+        };
+        (self.id, b)
+    }
+}
+
+/// `backends` sorted by id with distinct ids, packed if every one packs.
+fn pack_all<A: Packed>(backends: &[(u32, Backend)], shared: Shared) -> Option<Box<[Entry<A>]>> {
+    backends
+        .iter()
+        .map(|(id, b)| Entry::pack(*id, b, shared))
+        .collect()
+}
+
+impl Default for Backends {
+    fn default() -> Self {
+        Self(BackendRepr::V4(Shared::default(), Box::default()))
+    }
+}
+
+impl Backends {
+    /// Any backends; ids must be distinct.
+    pub fn from_unsorted(mut backends: Vec<(u32, Backend)>) -> Self {
+        backends.sort_unstable_by_key(|(id, _)| *id);
+        debug_assert!(backends.windows(2).all(|w| w[0].0 != w[1].0));
+        let Some((_, first)) = backends.first() else {
+            return Self::default();
+        };
+        let shared = Shared {
+            proto: first.proto,
+            rev_nat_id: first.rev_nat_id,
+        };
+        if let Some(v4) = pack_all(&backends, shared) {
+            Self(BackendRepr::V4(shared, v4))
+        } else if let Some(v6) = pack_all(&backends, shared) {
+            Self(BackendRepr::V6(shared, v6))
+        } else {
+            Self(BackendRepr::Explicit(backends.into_iter().collect()))
+        }
+    }
+
+    pub fn from_map(map: BTreeMap<u32, Backend>) -> Self {
+        Self::from_unsorted(map.into_iter().collect())
+    }
+
+    pub fn to_map(&self) -> BTreeMap<u32, Backend> {
+        self.iter().collect()
+    }
+
+    pub fn get(&self, id: u32) -> Option<Backend> {
+        fn find<A: Packed>(e: &[Entry<A>], s: Shared, id: u32) -> Option<Backend> {
+            let i = e.binary_search_by_key(&id, |e| e.id).ok()?;
+            Some(e[i].unpack(s).1)
+        }
+        match &self.0 {
+            BackendRepr::V4(s, e) => find(e, *s, id),
+            BackendRepr::V6(s, e) => find(e, *s, id),
+            BackendRepr::Explicit(map) => map.get(&id).copied(),
+        }
+    }
+
+    pub fn contains(&self, id: u32) -> bool {
+        match &self.0 {
+            BackendRepr::V4(_, e) => e.binary_search_by_key(&id, |e| e.id).is_ok(),
+            BackendRepr::V6(_, e) => e.binary_search_by_key(&id, |e| e.id).is_ok(),
+            BackendRepr::Explicit(map) => map.contains_key(&id),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        match &self.0 {
+            BackendRepr::V4(_, e) => e.len(),
+            BackendRepr::V6(_, e) => e.len(),
+            BackendRepr::Explicit(map) => map.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// By id.
+    pub fn iter(&self) -> impl Iterator<Item = (u32, Backend)> + '_ {
+        let (v4, v6, explicit) = match &self.0 {
+            BackendRepr::V4(s, e) => (Some((*s, e)), None, None),
+            BackendRepr::V6(s, e) => (None, Some((*s, e)), None),
+            BackendRepr::Explicit(map) => (None, None, Some(map)),
+        };
+        let v4 = v4
+            .into_iter()
+            .flat_map(|(s, e)| e.iter().map(move |e| e.unpack(s)));
+        let v6 = v6
+            .into_iter()
+            .flat_map(|(s, e)| e.iter().map(move |e| e.unpack(s)));
+        let explicit = explicit
+            .into_iter()
+            .flat_map(|m| m.iter().map(|(&id, &b)| (id, b)));
+        v4.chain(v6).chain(explicit)
+    }
+
+    pub fn ids(&self) -> impl Iterator<Item = u32> + '_ {
+        self.iter().map(|(id, _)| id)
+    }
+}
+
+impl fmt::Debug for Backends {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map().entries(self.iter()).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::IpAddr;
+
+    use weir_abi::{BACKEND_STATE_ACTIVE, BACKEND_STATE_DRAINING};
+
+    use super::*;
+
+    fn backend(ip: [u8; 4], rev_nat_id: u32) -> Backend {
+        Backend {
+            addr: Addr::from(IpAddr::from(ip)),
+            port: 8080u16.to_be(),
+            proto: 6,
+            state: BACKEND_STATE_ACTIVE,
+            rev_nat_id,
+        }
+    }
+
+    #[test]
+    fn built_entries_take_the_compact_form_and_read_back_as_written() {
+        let mut v6 = backend([0; 4], 7);
+        v6.addr = Addr::from("2001:db8::1".parse::<IpAddr>().unwrap());
+        v6.state = BACKEND_STATE_DRAINING;
+        let v4 = backend([10, 0, 0, 1], 7);
+        for set in [vec![(9, v4), (3, v4)], vec![(9, v4), (3, v6)]] {
+            let b = Backends::from_unsorted(set.clone());
+            assert!(!matches!(b.0, BackendRepr::Explicit(_)), "{b:?}");
+            let want: BTreeMap<u32, Backend> = set.into_iter().collect();
+            assert_eq!(b.to_map(), want);
+            assert_eq!(b.get(3), want.get(&3).copied());
+            assert!(b.contains(9) && !b.contains(4) && b.get(4).is_none());
+            assert_eq!(b, Backends::from_map(want));
+        }
+        let slots = Slots::plain(Some(plain_slot(0, 7)), 7, vec![9, 3]);
+        assert!(matches!(slots.rest, SlotRest::Plain { .. }));
+        assert_eq!(
+            slots.iter().collect::<Vec<_>>(),
+            [
+                (0, plain_slot(0, 7)),
+                (1, plain_slot(9, 7)),
+                (2, plain_slot(3, 7))
+            ]
+        );
+        assert_eq!(slots, Slots::from_map(slots.to_map()));
+        assert_eq!(
+            (slots.get(3), slots.contains(2), slots.len()),
+            (None, true, 3)
+        );
+    }
+
+    #[test]
+    fn anything_else_is_held_as_written() {
+        // Another frontend's backend, a slot gap and a slot with flags: what
+        // a half-applied or foreign state can hold.
+        let mixed = BTreeMap::from([
+            (1, backend([10, 0, 0, 1], 7)),
+            (2, backend([10, 0, 0, 2], 8)),
+        ]);
+        let b = Backends::from_map(mixed.clone());
+        assert!(matches!(b.0, BackendRepr::Explicit(_)));
+        assert_eq!(b.to_map(), mixed);
+        let mut flagged = plain_slot(4, 7);
+        flagged.flags = 1;
+        for map in [
+            BTreeMap::from([(1, plain_slot(4, 7)), (3, plain_slot(5, 7))]),
+            BTreeMap::from([(1, plain_slot(4, 7)), (2, plain_slot(5, 8))]),
+            BTreeMap::from([(0, plain_slot(0, 7)), (1, flagged)]),
+        ] {
+            let s = Slots::from_map(map.clone());
+            assert!(matches!(s.rest, SlotRest::Explicit(_)), "{map:?}");
+            assert_eq!(s.to_map(), map);
+            assert!(map.keys().all(|&k| s.get(k) == map.get(&k).copied()));
+            assert_eq!(s.len(), map.len());
+        }
+    }
+}
