@@ -1,46 +1,82 @@
-//! One shared copy of each node name the endpoints carry.
+//! One shared copy of what many endpoints say alike.
 //!
 //! Every endpoint of a real EndpointSlice names its node, and a cluster has
 //! hundreds of nodes but may have millions of endpoints: a copy per endpoint
-//! was 32 bytes of heap each (glibc's smallest chunk), 32 MiB at 1 M.
+//! was 32 bytes of heap each (glibc's smallest chunk), 32 MiB at 1 M. The
+//! same holds one level up: an endpoint's node and hints
+//! ([`EndpointMeta`]) repeat across every endpoint on that node, so each
+//! endpoint holds one thin pointer to a shared copy.
 //!
-//! Names come from tenants' objects, so the table must not keep what nothing
-//! uses: when it has doubled since the last sweep, names only it still holds
-//! are dropped. Each sweep is paid for by as many inserts, so an insert stays
-//! O(1) amortized and the table stays within twice the names in use.
-use std::sync::{Arc, LazyLock, Mutex, PoisonError};
+//! Names come from tenants' objects, so a table must not keep what nothing
+//! uses: when it has doubled since the last sweep, values only it still
+//! holds are dropped. Each sweep is paid for by as many inserts, so an
+//! insert stays O(1) amortized and the table stays within twice the values
+//! in use.
+use std::{
+    borrow::Borrow,
+    hash::Hash,
+    sync::{Arc, LazyLock, Mutex, PoisonError},
+};
 
-use crate::hash::HashSet;
+use crate::{hash::HashSet, model::EndpointMeta};
 
-/// Below this the table is never swept: a handful of names cost nothing.
+/// Below this a table is never swept: a handful of values cost nothing.
 const MIN_SWEEP: usize = 1024;
 
-struct Table {
-    names: HashSet<Arc<str>>,
+struct Table<T: ?Sized> {
+    values: HashSet<Arc<T>>,
     /// Size after the last sweep.
     kept: usize,
 }
 
-static NODE_NAMES: LazyLock<Mutex<Table>> = LazyLock::new(|| {
-    Mutex::new(Table {
-        names: HashSet::default(),
-        kept: 0,
-    })
-});
+struct Interner<T: ?Sized>(LazyLock<Mutex<Table<T>>>);
+
+impl<T: ?Sized + Hash + Eq> Interner<T> {
+    const fn new() -> Self {
+        Self(LazyLock::new(|| {
+            Mutex::new(Table {
+                values: HashSet::default(),
+                kept: 0,
+            })
+        }))
+    }
+
+    /// The shared copy of `key`; `make` builds it the first time.
+    fn get<Q>(&self, key: &Q, make: impl FnOnce() -> Arc<T>) -> Arc<T>
+    where
+        Arc<T>: Borrow<Q>,
+        Q: ?Sized + Hash + Eq,
+    {
+        let mut table = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(v) = table.values.get(key) {
+            return v.clone();
+        }
+        if table.values.len() >= MIN_SWEEP.max(2 * table.kept) {
+            table.values.retain(|v| Arc::strong_count(v) > 1);
+            table.kept = table.values.len();
+        }
+        let v = make();
+        table.values.insert(v.clone());
+        v
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.0.lock().unwrap().values.len()
+    }
+}
+
+static NODE_NAMES: Interner<str> = Interner::new();
+static METAS: Interner<EndpointMeta> = Interner::new();
 
 /// The shared copy of `name`.
 pub fn node_name(name: &str) -> Arc<str> {
-    let mut table = NODE_NAMES.lock().unwrap_or_else(PoisonError::into_inner);
-    if let Some(n) = table.names.get(name) {
-        return n.clone();
-    }
-    if table.names.len() >= MIN_SWEEP.max(2 * table.kept) {
-        table.names.retain(|n| Arc::strong_count(n) > 1);
-        table.kept = table.names.len();
-    }
-    let n: Arc<str> = Arc::from(name);
-    table.names.insert(n.clone());
-    n
+    NODE_NAMES.get(name, || Arc::from(name))
+}
+
+/// The shared copy of `meta`.
+pub fn endpoint_meta(meta: EndpointMeta) -> Arc<EndpointMeta> {
+    METAS.get(&meta, || Arc::new(meta.clone()))
 }
 
 #[cfg(test)]
@@ -48,15 +84,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn equal_names_share_one_copy() {
+    fn equal_values_share_one_copy() {
         let a = node_name("intern-test-node-a");
         let b = node_name(&String::from("intern-test-node-a"));
         assert!(Arc::ptr_eq(&a, &b));
         assert_ne!(&*node_name("intern-test-node-b"), &*a);
+        let meta = |node: &str| EndpointMeta {
+            node_name: Some(node_name(node)),
+            ..EndpointMeta::default()
+        };
+        let m = endpoint_meta(meta("intern-test-node-a"));
+        assert!(Arc::ptr_eq(&m, &endpoint_meta(meta("intern-test-node-a"))));
+        assert!(!Arc::ptr_eq(&m, &endpoint_meta(meta("intern-test-node-b"))));
     }
 
     #[test]
-    fn names_nothing_holds_are_dropped_as_the_table_grows() {
+    fn values_nothing_holds_are_dropped_as_the_table_grows() {
         // A tenant churning through distinct names: none is kept, so the
         // table never holds more than a sweep's worth.
         for i in 0..50 * MIN_SWEEP {
@@ -66,7 +109,7 @@ mod tests {
         for i in 0..4 * MIN_SWEEP {
             drop(node_name(&format!("intern-test-more-{i}")));
         }
-        let len = NODE_NAMES.lock().unwrap().names.len();
+        let len = NODE_NAMES.len();
         assert!(len <= 2 * MIN_SWEEP + 64, "{len} names kept");
         // A name still in use survives every sweep and stays shared.
         assert!(Arc::ptr_eq(&held, &node_name("intern-test-held")));

@@ -592,7 +592,8 @@ pub struct SlicePortSpec {
 /// One endpoint with its conditions resolved as the API defines their defaults.
 ///
 /// Held a million times at 100k Services, so laid out for the common case:
-/// one address, no hints, inline (48 bytes); anything rarer is boxed.
+/// one address inline and everything else behind one pointer to a copy
+/// shared by every endpoint that says the same (32 bytes).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EndpointSpec {
     /// The first address; all are of the slice's family.
@@ -600,16 +601,20 @@ pub struct EndpointSpec {
     pub ready: bool,
     pub serving: bool,
     pub terminating: bool,
-    /// `nodeName`: the endpoint is local when it names this agent's node.
-    /// Shared among all endpoints on one node ([`crate::intern`]).
-    pub node_name: Option<std::sync::Arc<str>>,
-    /// Further addresses and topology hints, when there are any.
-    pub extra: Option<Box<EndpointExtra>>,
+    /// Node, further addresses and hints, when there are any: the shared
+    /// copy ([`crate::intern`]).
+    pub meta: Option<Arc<EndpointMeta>>,
 }
 
-/// The rare parts of an endpoint.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct EndpointExtra {
+// A million of them at 100k Services: every byte here is a megabyte.
+#[cfg(target_pointer_width = "64")]
+const _: () = assert!(std::mem::size_of::<EndpointSpec>() == 32);
+
+/// An endpoint's node, its addresses after the first, and its hints.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct EndpointMeta {
+    /// `nodeName`: the endpoint is local when it names this agent's node.
+    pub node_name: Option<Arc<str>>,
     /// Addresses after the first (the API calls them fungible and consumers
     /// may use only the first).
     pub more_addrs: Vec<IpAddr>,
@@ -620,10 +625,10 @@ pub struct EndpointExtra {
     pub node_hints: Vec<String>,
 }
 
-impl EndpointExtra {
-    /// `None` when there is nothing in it, so that the endpoint stays unboxed.
-    pub fn boxed(self) -> Option<Box<Self>> {
-        (self != Self::default()).then(|| Box::new(self))
+impl EndpointMeta {
+    /// The shared copy, or `None` when there is nothing in it.
+    pub fn shared(self) -> Option<Arc<Self>> {
+        (self != Self::default()).then(|| crate::intern::endpoint_meta(self))
     }
 }
 
@@ -635,23 +640,33 @@ impl EndpointSpec {
             ready: true,
             serving: true,
             terminating: false,
-            node_name: None,
-            extra: None,
+            meta: None,
         }
     }
 
     /// Every address, the first first.
     pub fn addrs(&self) -> impl Iterator<Item = IpAddr> + '_ {
-        let more = self.extra.as_deref().map_or(&[][..], |e| &e.more_addrs);
+        let more = self.meta.as_deref().map_or(&[][..], |e| &e.more_addrs);
         std::iter::once(self.addr).chain(more.iter().copied())
     }
 
+    /// Changes what [`Self::meta`] says, keeping it shared.
+    pub fn edit_meta(&mut self, edit: impl FnOnce(&mut EndpointMeta)) {
+        let mut meta = self.meta.as_deref().cloned().unwrap_or_default();
+        edit(&mut meta);
+        self.meta = meta.shared();
+    }
+
+    pub fn node_name(&self) -> Option<&str> {
+        self.meta.as_deref().and_then(|m| m.node_name.as_deref())
+    }
+
     pub fn zone_hints(&self) -> &[String] {
-        self.extra.as_deref().map_or(&[], |e| &e.zone_hints)
+        self.meta.as_deref().map_or(&[], |e| &e.zone_hints)
     }
 
     pub fn node_hints(&self) -> &[String] {
-        self.extra.as_deref().map_or(&[], |e| &e.node_hints)
+        self.meta.as_deref().map_or(&[], |e| &e.node_hints)
     }
 
     /// The state the datapath gives this endpoint, or `None` when it has no

@@ -5,7 +5,7 @@ use super::{
     wire::{Address, EndpointSlice},
 };
 use crate::model::{
-    EndpointExtra, EndpointSpec, IpFamily, ServiceId, SliceId, SlicePortSpec, SliceSpec,
+    EndpointMeta, EndpointSpec, IpFamily, ServiceId, SliceId, SlicePortSpec, SliceSpec,
 };
 
 /// What became of an EndpointSlice.
@@ -128,7 +128,8 @@ pub fn slice(eps: &EndpointSlice) -> Result<SliceOutcome, ObjectError> {
         // ready, and terminating defaults to false.
         let ready = c.ready.unwrap_or(true);
         let hints = ep.hints.as_ref();
-        let extra = EndpointExtra {
+        let meta = EndpointMeta {
+            node_name: ep.node_name.clone(),
             more_addrs,
             zone_hints: hints
                 .and_then(|h| h.for_zones.as_ref())
@@ -148,8 +149,7 @@ pub fn slice(eps: &EndpointSlice) -> Result<SliceOutcome, ObjectError> {
             ready,
             serving: c.serving.unwrap_or(ready),
             terminating: c.terminating.unwrap_or(false),
-            node_name: ep.node_name.clone(),
-            extra: extra.boxed(),
+            meta: meta.shared(),
         });
     }
 

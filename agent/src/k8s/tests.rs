@@ -393,8 +393,7 @@ fn endpoint_conditions_follow_the_api_defaults() {
             ready,
             serving,
             terminating,
-            node_name: None,
-            extra: None,
+            meta: None,
         };
         assert_eq!(want.backend_state(), state, "{conditions}");
         assert_eq!(c.value.endpoints, [want], "{conditions}");
@@ -433,9 +432,20 @@ fn endpoint_node_and_hints_are_kept() {
     ]);
     let c = ipv4(v);
     let e = &c.value.endpoints;
-    assert_eq!(e[0].node_name.as_deref(), Some("node-a"));
+    assert_eq!(e[0].node_name(), Some("node-a"));
     assert_eq!(e[0].zone_hints(), ["z1"]);
     assert_eq!(e[0].node_hints(), ["node-a"]);
-    assert_eq!(e[1].node_name, None);
-    assert_eq!(e[1].extra, None);
+    assert_eq!(e[1].meta, None);
+    // Endpoints that say the same share one copy of it.
+    let mut v = good_slice();
+    v["endpoints"] = json!([
+        {"addresses": ["10.0.0.1"], "nodeName": "node-a"},
+        {"addresses": ["10.0.0.2"], "nodeName": "node-a"},
+    ]);
+    let c = ipv4(v);
+    let e = &c.value.endpoints;
+    assert!(std::sync::Arc::ptr_eq(
+        e[0].meta.as_ref().unwrap(),
+        e[1].meta.as_ref().unwrap()
+    ));
 }

@@ -40,7 +40,7 @@ pub fn local_ready(candidates: &[Candidate<'_>], node: &NodeInfo) -> Vec<IpAddr>
     candidates
         .iter()
         .filter(|(_, ep)| {
-            ep.node_name.as_deref() == Some(node.name.as_str())
+            ep.node_name() == Some(node.name.as_str())
                 && ep.backend_state() == Some(BackendState::Active)
         })
         .map(|(_, ep)| ep.addr)
@@ -124,7 +124,7 @@ impl Scope {
     fn admits(self, ep: &EndpointSpec, node: &NodeInfo) -> bool {
         match self {
             Self::All => true,
-            Self::Local => ep.node_name.as_deref() == Some(node.name.as_str()),
+            Self::Local => ep.node_name() == Some(node.name.as_str()),
             Self::SameNode => ep.node_hints().contains(&node.name),
             Self::SameZone => node
                 .zone

@@ -5,8 +5,8 @@ use std::{collections::BTreeSet, net::IpAddr};
 
 use super::*;
 use crate::model::{
-    BackendState, Cidr, EndpointSpec, FrontendKind, IpFamily, Scope, ServicePortSpec, ServiceType,
-    SlicePortSpec, TrafficPolicy,
+    BackendState, Cidr, EndpointMeta, EndpointSpec, FrontendKind, IpFamily, Scope, ServicePortSpec,
+    ServiceType, SlicePortSpec, TrafficPolicy,
 };
 
 fn ip(s: &str) -> IpAddr {
@@ -78,8 +78,11 @@ fn slice(name: &str, family: IpFamily, eps: &[(&str, &str, bool)]) -> SliceSpec 
                 ready,
                 serving: true,
                 terminating: !ready,
-                node_name: Some(node.into()),
-                extra: None,
+                meta: EndpointMeta {
+                    node_name: Some(node.into()),
+                    ..EndpointMeta::default()
+                }
+                .shared(),
             })
             .collect(),
     }

@@ -2,7 +2,7 @@ use std::net::IpAddr;
 
 use super::*;
 use crate::model::{
-    BackendState, EndpointExtra, EndpointSpec, IpFamily, Protocol, ServicePortSpec, SlicePortSpec,
+    BackendState, EndpointMeta, EndpointSpec, IpFamily, Protocol, ServicePortSpec, SlicePortSpec,
     TrafficPolicy,
 };
 
@@ -44,8 +44,7 @@ fn slice(name: &str, service: &str, eps: &[(u8, bool, bool, bool)]) -> SliceSpec
                 ready,
                 serving,
                 terminating,
-                node_name: None,
-                extra: None,
+                meta: None,
             })
             .collect(),
     }
@@ -168,13 +167,16 @@ fn topo_slice(eps: &[(u8, bool)], zone_hints: bool) -> SliceSpec {
             ready,
             serving: true,
             terminating: !ready,
-            node_name: Some(format!("node-{}", last % 2).into()),
-            extra: zone_hints
-                .then(|| EndpointExtra {
-                    zone_hints: vec![if last % 2 == 1 { "zone-a" } else { "zone-b" }.into()],
-                    ..EndpointExtra::default()
-                })
-                .and_then(EndpointExtra::boxed),
+            meta: EndpointMeta {
+                node_name: Some(format!("node-{}", last % 2).into()),
+                zone_hints: if zone_hints {
+                    vec![if last % 2 == 1 { "zone-a" } else { "zone-b" }.into()]
+                } else {
+                    Vec::new()
+                },
+                ..EndpointMeta::default()
+            }
+            .shared(),
         })
         .collect();
     s
@@ -252,13 +254,13 @@ fn zone_hints_narrow_to_this_zone_and_fall_back_as_kube_proxy_does() {
     // One ready endpoint without hints disables hints for the Service.
     store.apply(Change::Node(node("node-1", Some("zone-a"))), &mut dirty);
     let mut s = topo_slice(&[(1, true), (2, true), (3, true)], true);
-    s.endpoints[1].extra = None;
+    s.endpoints[1].edit_meta(|m| m.zone_hints.clear());
     store.apply(Change::slice(s), &mut dirty);
     assert_eq!(only(addrs(&store, &id)), vec![1, 2, 3]);
 
     // A not-ready endpoint without hints does not count.
     let mut s = topo_slice(&[(1, true), (2, false), (3, true)], true);
-    s.endpoints[1].extra = None;
+    s.endpoints[1].edit_meta(|m| m.zone_hints.clear());
     store.apply(Change::slice(s), &mut dirty);
     assert_eq!(only(addrs(&store, &id)), vec![1, 3]);
 }
@@ -271,8 +273,7 @@ fn node_hints_win_over_zone_hints() {
     store.apply(Change::service(svc("t", [10, 96, 0, 9])), &mut dirty);
     let mut s = topo_slice(&[(1, true), (2, true), (3, true)], true);
     for ep in &mut s.endpoints {
-        let extra = ep.extra.get_or_insert_default();
-        extra.node_hints = ep.node_name.iter().map(|n| n.to_string()).collect();
+        ep.edit_meta(|m| m.node_hints = m.node_name.iter().map(|n| n.to_string()).collect());
     }
     store.apply(Change::slice(s), &mut dirty);
     let got: Vec<u8> = addrs(&store, &id).into_iter().map(|(a, _)| a).collect();
@@ -312,7 +313,7 @@ fn draining_endpoints_are_narrowed_like_the_ones_they_were() {
     draining(&mut s, 2);
     draining(&mut s, 3);
     draining(&mut s, 4);
-    s.endpoints[4].extra = None;
+    s.endpoints[4].edit_meta(|m| m.zone_hints.clear());
     store.apply(Change::slice(s), &mut dirty);
     assert_eq!(
         addrs(&store, &id),

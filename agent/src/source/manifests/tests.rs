@@ -397,8 +397,7 @@ fn a_bad_address_costs_only_that_address() {
         ready: false,
         serving: true,
         terminating: true,
-        node_name: None,
-        extra: None,
+        meta: None,
     };
     assert_eq!(
         d.scan(&mut md),
