@@ -3,42 +3,87 @@
 //! converts them into map entries.
 use std::{fmt, net::IpAddr, sync::Arc};
 
+use triomphe::ThinArc;
+
 /// A namespaced object's namespace and name, in one allocation shared by
 /// every clone: the store, its indexes, the reconciler, the controller and
 /// the sources each key something by Service or slice, and at 100k Services
 /// two owned `String`s per copy cost more than the Services themselves.
+///
+/// The handle is one pointer (a thin `Arc` with the split in its header):
+/// ids are hash-map keys and fields of every index, so each of those holds
+/// 8 bytes per object where a fat `Arc<str>` and its split took 24.
 #[derive(Clone)]
-pub struct QualifiedName {
-    /// `namespace` then `name`, without separator: a `/` would sort `a-b/x`
-    /// before `a/x`, and the order must be that of (namespace, name).
-    text: Arc<str>,
-    split: u32,
-}
+pub struct QualifiedName(
+    /// Header: where the name starts. Bytes: `namespace` then `name`,
+    /// without separator (a `/` would sort `a-b/x` before `a/x`, and the
+    /// order must be that of (namespace, name)); always UTF-8.
+    ThinArc<u32, u8>,
+);
 
 impl QualifiedName {
     fn new(namespace: &str, name: &str) -> Self {
-        let mut text = String::with_capacity(namespace.len() + name.len());
-        text.push_str(namespace);
-        text.push_str(name);
-        Self {
-            text: text.into(),
-            // Kubernetes names and namespaces are at most 253 bytes.
-            split: u32::try_from(namespace.len()).expect("namespace under 4 GiB"),
-        }
+        // Kubernetes names and namespaces are at most 253 bytes.
+        let split = u32::try_from(namespace.len()).expect("namespace under 4 GiB");
+        let bytes = namespace.bytes().chain(name.bytes());
+        Self(ThinArc::from_header_and_iter(
+            split,
+            NamedBytes(bytes, namespace.len() + name.len()),
+        ))
+    }
+
+    fn text(&self) -> &str {
+        // SAFETY: the bytes were copied from two `&str`s in `new` and are
+        // never changed, so they are UTF-8.
+        unsafe { std::str::from_utf8_unchecked(&self.0.slice) }
+    }
+
+    fn split(&self) -> usize {
+        self.0.header.header as usize
     }
 
     pub fn namespace(&self) -> &str {
-        &self.text[..self.split as usize]
+        &self.text()[..self.split()]
     }
 
     pub fn name(&self) -> &str {
-        &self.text[self.split as usize..]
+        &self.text()[self.split()..]
     }
 
     fn parts(&self) -> (&str, &str) {
         (self.namespace(), self.name())
     }
+
+    /// The two are clones of one name, not only equal.
+    #[cfg(test)]
+    pub fn is_shared_with(&self, other: &Self) -> bool {
+        self.0.as_ptr() == other.0.as_ptr()
+    }
 }
+
+// Every index holds ids by value: keep them one pointer.
+#[cfg(target_pointer_width = "64")]
+const _: () = assert!(std::mem::size_of::<QualifiedName>() == 8);
+
+/// The bytes of namespace and name with their total length, which
+/// `ThinArc` needs up front (`Chain` does not know it).
+struct NamedBytes<I>(I, usize);
+
+impl<I: Iterator<Item = u8>> Iterator for NamedBytes<I> {
+    type Item = u8;
+
+    fn next(&mut self) -> Option<u8> {
+        let b = self.0.next()?;
+        self.1 -= 1;
+        Some(b)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.1, Some(self.1))
+    }
+}
+
+impl<I: Iterator<Item = u8>> ExactSizeIterator for NamedBytes<I> {}
 
 impl Default for QualifiedName {
     fn default() -> Self {
@@ -48,8 +93,8 @@ impl Default for QualifiedName {
 
 impl PartialEq for QualifiedName {
     fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.text, &other.text)
-            || (self.split == other.split && self.text == other.text)
+        self.0.as_ptr() == other.0.as_ptr()
+            || (self.split() == other.split() && self.text() == other.text())
     }
 }
 
