@@ -17,16 +17,18 @@ use crate::model::ServiceId;
 /// writer needs of a Service, where a reflector store would hold every one
 /// whole (tens of megabytes at 100k Services).
 #[derive(Clone, Debug, Default)]
-pub struct Uids(Arc<Mutex<HashMap<ServiceId, Box<str>>>>);
+pub struct Uids(Arc<Mutex<HashMap<ServiceId, Uid>>>);
 
 impl Uids {
     pub fn set(&self, id: &ServiceId, uid: Option<&str>) {
         let mut map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         match uid {
-            Some(uid) if map.get(id).map(AsRef::as_ref) != Some(uid) => {
-                map.insert(id.clone(), uid.into());
+            Some(uid) => {
+                let uid = Uid::new(uid);
+                if map.get(id) != Some(&uid) {
+                    map.insert(id.clone(), uid);
+                }
             }
-            Some(_) => {}
             None => {
                 map.remove(id);
             }
@@ -36,6 +38,61 @@ impl Uids {
     pub fn get(&self, id: &ServiceId) -> Option<String> {
         let map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         map.get(id).map(ToString::to_string)
+    }
+}
+
+/// A UID as the API server wrote it. The API server makes them lowercase
+/// RFC 4122 UUIDs, held here as their 16 bytes instead of 36 characters on
+/// the heap; any other text is kept as it is, so a UID always reads back
+/// exactly.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Uid {
+    Uuid([u8; 16]),
+    Text(Box<str>),
+}
+
+impl Uid {
+    fn new(text: &str) -> Self {
+        let b = text.as_bytes();
+        let dashes_at = |i| matches!(i, 8 | 13 | 18 | 23);
+        let well_formed = b.len() == 36
+            && b.iter().enumerate().all(|(i, &c)| {
+                if dashes_at(i) {
+                    c == b'-'
+                } else {
+                    matches!(c, b'0'..=b'9' | b'a'..=b'f')
+                }
+            });
+        if !well_formed {
+            return Self::Text(text.into());
+        }
+        let mut hex = b.iter().filter(|&&c| c != b'-').map(|&c| match c {
+            b'0'..=b'9' => c - b'0',
+            _ => c - b'a' + 10,
+        });
+        let mut out = [0u8; 16];
+        for byte in &mut out {
+            let (hi, lo) = (hex.next().unwrap_or(0), hex.next().unwrap_or(0));
+            *byte = hi << 4 | lo;
+        }
+        Self::Uuid(out)
+    }
+}
+
+impl std::fmt::Display for Uid {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Text(t) => f.write_str(t),
+            Self::Uuid(b) => {
+                for (i, byte) in b.iter().enumerate() {
+                    if matches!(i, 4 | 6 | 8 | 10) {
+                        f.write_str("-")?;
+                    }
+                    write!(f, "{byte:02x}")?;
+                }
+                Ok(())
+            }
+        }
     }
 }
 
@@ -127,6 +184,26 @@ mod tests {
         assert_eq!(uids.get(&a).as_deref(), Some("u2"));
         uids.set(&a, None);
         assert_eq!(uids.get(&a), None);
+    }
+
+    #[test]
+    fn uids_read_back_exactly() {
+        for (i, text) in [
+            "3f2b8c1e-9a4d-4e7b-8c2a-1d5e6f7a8b9c",
+            "3F2B8C1E-9A4D-4E7B-8C2A-1D5E6F7A8B9C",
+            "3f2b8c1e9a4d4e7b8c2a1d5e6f7a8b9c0000",
+            "3f2b8c1e-9a4d-4e7b-8c2a-1d5e6f7a8b9",
+            "",
+            "u1",
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let uid = Uid::new(text);
+            assert_eq!(uid.to_string(), text);
+            // Only the canonical form is packed.
+            assert_eq!(matches!(uid, Uid::Uuid(_)), i == 0, "{text}");
+        }
     }
 
     #[test]
