@@ -314,10 +314,15 @@ impl State {
             }
             Event::Apply(svc) | Event::InitApply(svc) => {
                 let id = ServiceId::new(svc.namespace().unwrap_or_default(), svc.name_any());
+                // One copy of the name for the tracker, the UIDs, the store
+                // and the slices that name this Service.
+                let id = self.services.shared(id);
                 // Invalid ones too: their Events need it most.
                 self.uids.set(&id, svc.metadata.uid.as_deref());
                 let outcome = match k8s::service(&svc) {
-                    Ok(c) => {
+                    Ok(mut c) => {
+                        debug_assert_eq!(c.value.id, id);
+                        c.value.id = id.clone();
                         for w in &c.warnings {
                             debug!(service = %id, "{w}");
                         }
@@ -353,8 +358,12 @@ impl State {
             Event::InitDone => out.extend(self.slices.init_done()),
             Event::Apply(eps) | Event::InitApply(eps) => {
                 let id = SliceId::new(eps.namespace().unwrap_or_default(), eps.name_any());
+                let id = self.slices.shared(id);
                 let outcome = match k8s::slice(&eps) {
-                    Ok(SliceOutcome::Ip(c)) => {
+                    Ok(SliceOutcome::Ip(mut c)) => {
+                        debug_assert_eq!(c.value.id, id);
+                        c.value.id = id.clone();
+                        c.value.service = self.services.shared(c.value.service);
                         if let Some(t) = trigger_time(&eps).filter(|t| *t > self.started) {
                             triggers.push((c.value.service.clone(), t));
                         }

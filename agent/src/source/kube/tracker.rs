@@ -100,6 +100,11 @@ impl<K: Clone + Eq + Hash> Tracker<K> {
         }
     }
 
+    /// The copy of `key` held here, to share rather than keep another.
+    pub fn shared(&self, key: K) -> K {
+        self.present.get(&key).cloned().unwrap_or(key)
+    }
+
     pub fn delete(&mut self, key: &K) -> Vec<Change> {
         if self.present.remove(key) {
             vec![(self.delete)(key)]
@@ -195,6 +200,21 @@ mod tests {
         assert_eq!(out.len(), 3);
         assert!(out.contains(&Change::DeleteService(id("a"))));
         assert!(t.synced());
+    }
+
+    #[test]
+    fn names_are_shared_with_the_tracked_copy() {
+        let mut t = Tracker::new(del);
+        t.init();
+        let a = id("a");
+        t.apply(a.clone(), up("a"));
+        let again = t.shared(id("a"));
+        assert!(again.is_shared_with(&a));
+        let b = id("b");
+        assert!(
+            t.shared(b.clone()).is_shared_with(&b),
+            "unknown: kept as given"
+        );
     }
 
     #[test]
