@@ -1,23 +1,27 @@
-//! A sorted set in one `Vec`, for the indexes that hold one entry per Service
-//! or object and almost always one element each (the Services that claim a
-//! frontend, the files that define an object). A `BTreeSet` allocates a node
-//! with room for eleven on its first insert, which at 100k Services cost
-//! hundreds of megabytes; this holds what it holds, in sorted order, with
-//! binary search.
+//! A sorted set for the indexes that hold one entry per Service or object
+//! and almost always one element each (the Services that claim a frontend,
+//! the files that define an object, a Service's slices). A `BTreeSet`
+//! allocates a node with room for eleven on its first insert, which at 100k
+//! Services cost hundreds of megabytes, and a `Vec` still allocates for the
+//! one element; this holds one element inline (`SmallVec`'s union layout: no
+//! larger than a `Vec` for elements up to 16 bytes) and more in sorted order
+//! on the heap, with binary search.
 use std::borrow::Borrow;
 
+use smallvec::SmallVec;
+
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct SmallSet<T>(Vec<T>);
+pub struct SmallSet<T>(SmallVec<[T; 1]>);
 
 impl<T> Default for SmallSet<T> {
     fn default() -> Self {
-        Self(Vec::new())
+        Self(SmallVec::new())
     }
 }
 
 impl<T: Ord> SmallSet<T> {
     pub const fn new() -> Self {
-        Self(Vec::new())
+        Self(SmallVec::new_const())
     }
 
     /// `false` if it was there already.
@@ -42,8 +46,9 @@ impl<T: Ord> SmallSet<T> {
         match self.0.binary_search_by(|e| e.borrow().cmp(v)) {
             Ok(i) => {
                 self.0.remove(i);
-                if self.0.is_empty() {
-                    self.0 = Vec::new();
+                if self.0.len() <= 1 {
+                    // Back inline: a set that shrank keeps no heap block.
+                    self.0.shrink_to_fit();
                 }
                 true
             }
@@ -89,7 +94,7 @@ impl<'a, T> IntoIterator for &'a SmallSet<T> {
 
 impl<T: Ord> FromIterator<T> for SmallSet<T> {
     fn from_iter<I: IntoIterator<Item = T>>(iter: I) -> Self {
-        let mut v: Vec<T> = iter.into_iter().collect();
+        let mut v: SmallVec<[T; 1]> = iter.into_iter().collect();
         v.sort();
         v.dedup();
         v.shrink_to_fit();
@@ -132,5 +137,22 @@ mod tests {
         }
         let c: SmallSet<u32> = [3, 1, 3, 2].into_iter().collect();
         assert_eq!(c.iter().copied().collect::<Vec<_>>(), [1, 2, 3]);
+    }
+
+    #[test]
+    fn one_element_takes_no_heap_block() {
+        // What the indexes hold: ids (8 bytes) and paths (16) in a Vec's room.
+        assert_eq!(size_of::<SmallSet<u64>>(), size_of::<Vec<u64>>());
+        assert_eq!(
+            size_of::<SmallSet<std::sync::Arc<str>>>(),
+            size_of::<Vec<u64>>()
+        );
+        let mut s = SmallSet::new();
+        s.insert(1u64);
+        assert!(!s.0.spilled());
+        s.insert(2);
+        assert!(s.0.spilled());
+        s.remove(&2);
+        assert!(!s.0.spilled(), "a set back to one element is inline again");
     }
 }
