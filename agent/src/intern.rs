@@ -2,7 +2,8 @@
 //!
 //! Every endpoint of a real EndpointSlice names its node, and a cluster has
 //! hundreds of nodes but may have millions of endpoints: a copy per endpoint
-//! was 32 bytes of heap each (glibc's smallest chunk), 32 MiB at 1 M. The
+//! was 32 bytes of heap each (glibc's smallest chunk), 32 MiB at 1 M; every
+//! Service and slice names its ports, mostly `http` or `dns`. The
 //! same holds one level up: an endpoint's node and hints
 //! ([`EndpointMeta`]) repeat across every endpoint on that node, so each
 //! endpoint holds one thin pointer to a shared copy.
@@ -66,12 +67,13 @@ impl<T: ?Sized + Hash + Eq> Interner<T> {
     }
 }
 
-static NODE_NAMES: Interner<str> = Interner::new();
+/// Node names and port names: short texts many objects repeat.
+static NAMES: Interner<str> = Interner::new();
 static METAS: Interner<EndpointMeta> = Interner::new();
 
 /// The shared copy of `name`.
-pub fn node_name(name: &str) -> Arc<str> {
-    NODE_NAMES.get(name, || Arc::from(name))
+pub fn name(name: &str) -> Arc<str> {
+    NAMES.get(name, || Arc::from(name))
 }
 
 /// The shared copy of `meta`.
@@ -85,12 +87,12 @@ mod tests {
 
     #[test]
     fn equal_values_share_one_copy() {
-        let a = node_name("intern-test-node-a");
-        let b = node_name(&String::from("intern-test-node-a"));
+        let a = name("intern-test-node-a");
+        let b = name(&String::from("intern-test-node-a"));
         assert!(Arc::ptr_eq(&a, &b));
-        assert_ne!(&*node_name("intern-test-node-b"), &*a);
+        assert_ne!(&*name("intern-test-node-b"), &*a);
         let meta = |node: &str| EndpointMeta {
-            node_name: Some(node_name(node)),
+            node_name: Some(name(node)),
             ..EndpointMeta::default()
         };
         let m = endpoint_meta(meta("intern-test-node-a"));
@@ -103,15 +105,15 @@ mod tests {
         // A tenant churning through distinct names: none is kept, so the
         // table never holds more than a sweep's worth.
         for i in 0..50 * MIN_SWEEP {
-            drop(node_name(&format!("intern-test-churn-{i}")));
+            drop(name(&format!("intern-test-churn-{i}")));
         }
-        let held = node_name("intern-test-held");
+        let held = name("intern-test-held");
         for i in 0..4 * MIN_SWEEP {
-            drop(node_name(&format!("intern-test-more-{i}")));
+            drop(name(&format!("intern-test-more-{i}")));
         }
-        let len = NODE_NAMES.len();
+        let len = NAMES.len();
         assert!(len <= 2 * MIN_SWEEP + 64, "{len} names kept");
         // A name still in use survives every sweep and stays shared.
-        assert!(Arc::ptr_eq(&held, &node_name("intern-test-held")));
+        assert!(Arc::ptr_eq(&held, &name("intern-test-held")));
     }
 }

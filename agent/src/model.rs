@@ -605,8 +605,9 @@ pub struct NodeInfo {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ServicePortSpec {
-    /// Empty for the single unnamed port.
-    pub name: String,
+    /// Empty for the single unnamed port. Shared ([`crate::intern`]): a
+    /// handful of names (`http`, `dns`, …) serve every Service.
+    pub name: Arc<str>,
     pub port: u16,
     pub proto: Protocol,
     /// `nodePort`, kept only for NodePort and LoadBalancer Services.
@@ -628,8 +629,8 @@ pub struct SliceSpec {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SlicePortSpec {
-    /// Matches [`ServicePortSpec::name`].
-    pub name: String,
+    /// Matches [`ServicePortSpec::name`]; shared as it is.
+    pub name: Arc<str>,
     pub port: u16,
     pub proto: Protocol,
 }

@@ -42,7 +42,7 @@ fn node_port_svc(name: &str, ip: [u8; 4], node_port: u16) -> ServiceSpec {
         kind: ServiceType::NodePort,
         cluster_ips: vec![IpAddr::from(ip)],
         ports: vec![ServicePortSpec {
-            name: String::new(),
+            name: "".into(),
             port: 80,
             proto: Protocol::Tcp,
             node_port: Some(node_port),
@@ -282,7 +282,7 @@ fn with_backends(name: &str, ip: [u8; 4], backends: u8) -> Vec<Change> {
         kind: ServiceType::ClusterIp,
         cluster_ips: vec![IpAddr::from(ip)],
         ports: vec![ServicePortSpec {
-            name: String::new(),
+            name: "".into(),
             port: 80,
             proto: Protocol::Tcp,
             node_port: None,
@@ -294,7 +294,7 @@ fn with_backends(name: &str, ip: [u8; 4], backends: u8) -> Vec<Change> {
         service: ServiceId::new("default", name),
         family: IpFamily::V4,
         ports: vec![SlicePortSpec {
-            name: String::new(),
+            name: "".into(),
             port: 8080,
             proto: Protocol::Tcp,
         }],

@@ -287,7 +287,7 @@ fn parse_ports(
                     ));
                 }
                 ports.push(ServicePortSpec {
-                    name: p.name.clone().unwrap_or_default(),
+                    name: crate::intern::name(p.name.as_deref().unwrap_or_default()),
                     port,
                     proto,
                     node_port,

@@ -77,7 +77,7 @@ pub fn slice(eps: &EndpointSlice) -> Result<SliceOutcome, ObjectError> {
         let proto = protocol(|| format!("ports[{i}].protocol"), p.protocol.as_deref());
         match (number, proto) {
             (Ok(port), Ok(proto)) => ports.push(SlicePortSpec {
-                name: p.name.clone().unwrap_or_default(),
+                name: crate::intern::name(p.name.as_deref().unwrap_or_default()),
                 port,
                 proto,
             }),

@@ -64,6 +64,16 @@ fn service_converts_with_defaults() {
 }
 
 #[test]
+fn port_names_are_one_shared_copy() {
+    // `http` is every other Service's port name, and its slices' too.
+    let a = service(&svc(good_service())).unwrap().value;
+    let b = service(&svc(good_service())).unwrap().value;
+    let s = ipv4(good_slice()).value;
+    assert!(std::sync::Arc::ptr_eq(&a.ports[0].name, &b.ports[0].name));
+    assert!(std::sync::Arc::ptr_eq(&a.ports[0].name, &s.ports[0].name));
+}
+
+#[test]
 fn service_errors_name_every_bad_field() {
     let e = service(&svc(json!({
         "metadata": {},

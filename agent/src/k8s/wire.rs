@@ -182,7 +182,7 @@ struct Interned(Option<Arc<str>>);
 impl<'de> Deserialize<'de> for Interned {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         d.deserialize_str(StrWith(|s: &str| {
-            Interned((!s.is_empty()).then(|| crate::intern::node_name(s)))
+            Interned((!s.is_empty()).then(|| crate::intern::name(s)))
         }))
     }
 }

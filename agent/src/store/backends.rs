@@ -24,7 +24,7 @@ pub fn candidates<'a>(
         for sp in slice
             .ports
             .iter()
-            .filter(|p| p.name == name && p.proto == proto)
+            .filter(|p| *p.name == *name && p.proto == proto)
         {
             out.extend(slice.endpoints.iter().map(|ep| (sp.port, ep)));
         }
