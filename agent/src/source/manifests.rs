@@ -246,9 +246,17 @@ impl ManifestDir {
         }
         let parsed = parse_all(&parse_jobs, &self.files);
         for (path, result) in parse_jobs.into_iter().zip(parsed) {
-            let state = self.files.entry(Arc::clone(&path)).or_default();
             match result {
-                Ok(parsed) => {
+                Ok(mut parsed) => {
+                    let index = &self.defined_in;
+                    parsed.objects.share_service_names(|id| {
+                        let r = ObjRef::Service(id.clone());
+                        match index.get_key_value(&r)?.0 {
+                            ObjRef::Service(known) => Some(known.clone()),
+                            ObjRef::EndpointSlice(_) => None,
+                        }
+                    });
+                    let state = self.files.entry(Arc::clone(&path)).or_default();
                     let old = std::mem::replace(&mut state.objects, parsed.objects);
                     state.had_errors = parsed.had_errors;
                     let new: Vec<ObjRef> = state.objects.keys().cloned().collect();
@@ -263,7 +271,7 @@ impl ManifestDir {
                 }
                 Err(e) => {
                     error!(file = %path.display(), "{e}; keeping its previous objects");
-                    state.had_errors = true;
+                    self.files.entry(Arc::clone(&path)).or_default().had_errors = true;
                 }
             }
         }

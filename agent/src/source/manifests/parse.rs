@@ -181,6 +181,36 @@ impl Objects {
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
+
+    /// Points each slice's Service name at one copy already held: the
+    /// Service's own, in this file or through `known` (the directory's
+    /// index). A slice is not shared yet when this runs, so nothing is
+    /// copied.
+    pub fn share_service_names(&mut self, known: impl Fn(&ServiceId) -> Option<ServiceId>) {
+        let here: Vec<ServiceId> = self
+            .0
+            .iter()
+            .filter_map(|(r, _)| match r {
+                ObjRef::Service(id) => Some(id.clone()),
+                ObjRef::EndpointSlice(_) => None,
+            })
+            .collect();
+        for (_, obj) in &mut self.0 {
+            let Object::Slice(slice) = obj else {
+                continue;
+            };
+            let Some(spec) = Arc::get_mut(slice) else {
+                continue;
+            };
+            let shared = match here.binary_search(&spec.service) {
+                Ok(i) => Some(here[i].clone()),
+                Err(_) => known(&spec.service),
+            };
+            if let Some(id) = shared {
+                spec.service = id;
+            }
+        }
+    }
 }
 
 /// A file's objects, and whether anything in it was rejected.

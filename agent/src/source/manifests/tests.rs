@@ -670,4 +670,27 @@ fn the_index_shares_names_and_paths_with_what_it_indexes() {
             "{r}: a copy of the path"
         );
     }
+
+    // A slice names its Service with the Service's own copy, whether the
+    // Service is in the same file or was indexed from another.
+    dir.write(
+        "b.yaml",
+        &slice_yaml("a-2", "a", "IPv4", "- addresses: [\"10.1.0.2\"]\n"),
+    );
+    assert_eq!(dir.scan(&mut md).len(), 1);
+    let service = ObjRef::Service(ServiceId::new("default", "a"));
+    let Some((ObjRef::Service(svc), _)) = md.defined_in.get_key_value(&service) else {
+        panic!("the Service is indexed");
+    };
+    let slices: Vec<_> = md
+        .files
+        .values()
+        .flat_map(|f| f.objects.keys().filter_map(|r| f.objects.get(r)))
+        .filter_map(|o| match o {
+            Object::Slice(s) => Some(s.service.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(slices.len(), 2);
+    assert!(slices.iter().all(|s| s.is_shared_with(svc)));
 }
