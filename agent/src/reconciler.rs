@@ -2,7 +2,7 @@
 //! pure planner, checks that the result fits, applies the operations in order and
 //! rolls a Service back to its previous state if a write fails half-way, so a
 //! Service is either fully updated or left exactly as it was.
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, btree_map::Entry};
 
 use tracing::{debug, warn};
 
@@ -90,11 +90,18 @@ impl ReconcileError {
     }
 }
 
+/// A frontend's entries and the Service that wrote them (`None`: restored,
+/// not yet claimed). One map for both: two maps keyed by frontend cost a
+/// second copy of every key at 100k Services.
+struct Held {
+    image: FrontendImage,
+    owner: Option<ServiceId>,
+}
+
 pub struct Reconciler<M> {
     maps: M,
     ids: Ids,
-    images: BTreeMap<Frontend, FrontendImage>,
-    owners: HashMap<Frontend, ServiceId>,
+    images: BTreeMap<Frontend, Held>,
     by_service: HashMap<ServiceId, SmallSet<Frontend>>,
     /// Restored from the maps but not yet claimed by any Service.
     unclaimed: BTreeSet<Frontend>,
@@ -132,13 +139,16 @@ impl<M: LbMaps> Reconciler<M> {
             maps,
             ids,
             unclaimed: restored.images.keys().copied().collect(),
-            images: restored.images,
-            owners: HashMap::default(),
+            images: restored
+                .images
+                .into_iter()
+                .map(|(fe, image)| (fe, Held { image, owner: None }))
+                .collect(),
             by_service: HashMap::default(),
             used: BTreeMap::new(),
         };
-        for image in this.images.values() {
-            for (map, n) in sizes(image) {
+        for held in this.images.values() {
+            for (map, n) in sizes(&held.image) {
                 *this.used.entry(map).or_default() += n;
             }
         }
@@ -180,7 +190,7 @@ impl<M: LbMaps> Reconciler<M> {
                     count: serving,
                 });
             }
-            if let Some(owner) = self.owners.get(&d.frontend)
+            if let Some(owner) = self.images.get(&d.frontend).and_then(|h| h.owner.as_ref())
                 && owner != service
             {
                 return Err(ReconcileError::FrontendConflict {
@@ -219,13 +229,14 @@ impl<M: LbMaps> Reconciler<M> {
         for (fe, d) in upserts {
             plans.push(planner::plan(
                 fe,
-                self.images.get(&fe),
+                self.images.get(&fe).map(|h| &h.image),
                 Some(d),
                 &mut self.ids,
             ));
         }
         for fe in removed {
-            plans.push(planner::plan(fe, self.images.get(&fe), None, &mut self.ids));
+            let old = self.images.get(&fe).map(|h| &h.image);
+            plans.push(planner::plan(fe, old, None, &mut self.ids));
         }
 
         match self.apply_plans(service, plans) {
@@ -293,7 +304,8 @@ impl<M: LbMaps> Reconciler<M> {
     pub fn prune_unclaimed(&mut self) -> Vec<(Frontend, MapError)> {
         let mut failed = Vec::new();
         for fe in std::mem::take(&mut self.unclaimed) {
-            let plan = planner::plan(fe, self.images.get(&fe), None, &mut self.ids);
+            let old = self.images.get(&fe).map(|h| &h.image);
+            let plan = planner::plan(fe, old, None, &mut self.ids);
             match self.apply_ops(&plan.ops) {
                 Ok(()) => {
                     debug!(%fe, "removed frontend of a service that no longer exists");
@@ -311,7 +323,7 @@ impl<M: LbMaps> Reconciler<M> {
     fn check_fits(&mut self, service: &ServiceId, plans: &[Plan]) -> Result<(), ReconcileError> {
         let mut needed: BTreeMap<MapName, u32> = BTreeMap::new();
         for p in plans {
-            for (map, n) in planner::growth(self.images.get(&p.frontend), p.image.as_ref()) {
+            for (map, n) in planner::growth(self.image(p.frontend), p.image.as_ref()) {
                 *needed.entry(map).or_default() += n;
             }
         }
@@ -361,8 +373,7 @@ impl<M: LbMaps> Reconciler<M> {
                     p.ops.len()
                 };
                 let mut img = self
-                    .images
-                    .get(&p.frontend)
+                    .image(p.frontend)
                     .map(FrontendImage::to_parts)
                     .unwrap_or_default();
                 for op in &p.ops[..n] {
@@ -372,7 +383,7 @@ impl<M: LbMaps> Reconciler<M> {
             })
             .collect();
         for (p, w) in plans.iter().zip(&written).rev() {
-            let undo = planner::diff(p.frontend, Some(w), self.images.get(&p.frontend));
+            let undo = planner::diff(p.frontend, Some(w), self.image(p.frontend));
             if let Err((_, rollback)) = self.apply_ops(&undo) {
                 warn!(%service, frontend = %p.frontend, "rollback failed; tracking what was written");
                 // `written` is not what the maps hold now: the failed writes
@@ -381,7 +392,7 @@ impl<M: LbMaps> Reconciler<M> {
                 let held = self.maps.snapshot().ok();
                 for (p, w) in plans.iter().zip(written) {
                     let w = match &held {
-                        Some(s) => held_by(s, p.frontend, self.images.get(&p.frontend), &w),
+                        Some(s) => held_by(s, p.frontend, self.image(p.frontend), &w),
                         None => w,
                     };
                     self.adopt_written(service, p, w);
@@ -405,11 +416,7 @@ impl<M: LbMaps> Reconciler<M> {
     /// After a failed rollback, the maps hold `written` for this frontend; track
     /// that so the next sync plans from the truth.
     fn adopt_written(&mut self, service: &ServiceId, plan: &Plan, written: FrontendImage) {
-        let before = self
-            .images
-            .get(&plan.frontend)
-            .map(sizes)
-            .unwrap_or_default();
+        let before = self.image(plan.frontend).map(sizes).unwrap_or_default();
         self.adjust_used(&before, &sizes(&written));
         for a in &plan.allocated {
             match *a {
@@ -421,33 +428,36 @@ impl<M: LbMaps> Reconciler<M> {
             }
         }
         self.unclaimed.remove(&plan.frontend);
-        self.owners.insert(plan.frontend, service.clone());
         self.by_service
             .entry(service.clone())
             .or_default()
             .insert(plan.frontend);
-        self.images.insert(plan.frontend, written);
+        let held = Held {
+            image: written,
+            owner: Some(service.clone()),
+        };
+        self.images.insert(plan.frontend, held);
     }
 
     fn commit(&mut self, service: &ServiceId, plan: Plan) {
         let fe = plan.frontend;
         self.unclaimed.remove(&fe);
-        if plan.image.is_some() {
-            self.owners.insert(fe, service.clone());
+        let owned = plan.image.is_some();
+        self.settle(plan);
+        if owned {
+            if let Some(held) = self.images.get_mut(&fe) {
+                held.owner = Some(service.clone());
+            }
             self.by_service
                 .entry(service.clone())
                 .or_default()
                 .insert(fe);
-        } else {
-            self.owners.remove(&fe);
-            if let Some(set) = self.by_service.get_mut(service) {
-                set.remove(&fe);
-                if set.is_empty() {
-                    self.by_service.remove(service);
-                }
+        } else if let Some(set) = self.by_service.get_mut(service) {
+            set.remove(&fe);
+            if set.is_empty() {
+                self.by_service.remove(service);
             }
         }
-        self.settle(plan);
     }
 
     /// Records a fully applied plan's image and frees the ids it deleted.
@@ -455,17 +465,20 @@ impl<M: LbMaps> Reconciler<M> {
         for op in &plan.ops {
             release_deleted(&mut self.ids, op);
         }
-        let before = self
-            .images
-            .get(&plan.frontend)
-            .map(sizes)
-            .unwrap_or_default();
+        let before = self.image(plan.frontend).map(sizes).unwrap_or_default();
         let after = plan.image.as_ref().map(sizes).unwrap_or_default();
         self.adjust_used(&before, &after);
         match plan.image {
-            Some(img) => drop(self.images.insert(plan.frontend, img)),
+            Some(image) => match self.images.entry(plan.frontend) {
+                Entry::Occupied(mut e) => e.get_mut().image = image,
+                Entry::Vacant(e) => drop(e.insert(Held { image, owner: None })),
+            },
             None => drop(self.images.remove(&plan.frontend)),
         }
+    }
+
+    fn image(&self, fe: Frontend) -> Option<&FrontendImage> {
+        self.images.get(&fe).map(|h| &h.image)
     }
 
     fn adjust_used(&mut self, before: &BTreeMap<MapName, u64>, after: &BTreeMap<MapName, u64>) {
