@@ -40,13 +40,14 @@ fn node_port_svc(name: &str, ip: [u8; 4], node_port: u16) -> ServiceSpec {
     ServiceSpec {
         id: ServiceId::new("default", name),
         kind: ServiceType::NodePort,
-        cluster_ips: vec![IpAddr::from(ip)],
+        cluster_ips: vec![IpAddr::from(ip)].into(),
         ports: vec![ServicePortSpec {
             name: "".into(),
             port: 80,
             proto: Protocol::Tcp,
             node_port: Some(node_port),
-        }],
+        }]
+        .into(),
         ..ServiceSpec::default()
     }
 }
@@ -280,13 +281,14 @@ fn with_backends(name: &str, ip: [u8; 4], backends: u8) -> Vec<Change> {
     let svc = ServiceSpec {
         id: ServiceId::new("default", name),
         kind: ServiceType::ClusterIp,
-        cluster_ips: vec![IpAddr::from(ip)],
+        cluster_ips: vec![IpAddr::from(ip)].into(),
         ports: vec![ServicePortSpec {
             name: "".into(),
             port: 80,
             proto: Protocol::Tcp,
             node_port: None,
-        }],
+        }]
+        .into(),
         ..ServiceSpec::default()
     };
     let slice = SliceSpec {
@@ -297,7 +299,8 @@ fn with_backends(name: &str, ip: [u8; 4], backends: u8) -> Vec<Change> {
             name: "".into(),
             port: 8080,
             proto: Protocol::Tcp,
-        }],
+        }]
+        .into(),
         endpoints: (1..=backends)
             .map(|last| EndpointSpec::ready(IpAddr::from([10, 0, ip[3], last])))
             .collect(),
@@ -359,7 +362,7 @@ fn a_refused_external_ip_is_reported_once_and_withdrawn_when_it_goes() {
     let mut ctl = controller(reports);
     let victim = node_port_svc("victim", [10, 96, 0, 10], 30_080);
     let mut evil = node_port_svc("aaa-evil", [10, 96, 0, 20], 30_081);
-    evil.external_ips = vec![IpAddr::from([10, 96, 0, 10])];
+    evil.external_ips = vec![IpAddr::from([10, 96, 0, 10])].into();
     let mut dirty = BTreeSet::new();
     ctl.handle(
         SourceMsg::Changes(vec![Change::service(victim), Change::service(evil.clone())]),
@@ -384,7 +387,7 @@ fn a_refused_external_ip_is_reported_once_and_withdrawn_when_it_goes() {
     ctl.sync(dirty);
     assert!(rx.try_recv().is_err(), "reported once");
 
-    evil.external_ips.clear();
+    evil.external_ips = Box::default();
     let mut dirty = BTreeSet::new();
     ctl.handle(SourceMsg::Changes(vec![Change::service(evil)]), &mut dirty);
     ctl.sync(dirty);

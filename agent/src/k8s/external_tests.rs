@@ -55,19 +55,19 @@ fn load_balancer_converts_every_external_part() {
     let s = service(&svc(lb())).unwrap().value;
     assert_eq!(s.kind, ServiceType::LoadBalancer);
     assert_eq!(s.created, Some(1_704_164_645));
-    assert_eq!(s.cluster_ips, [ip("10.96.0.10"), ip("fd00::10")]);
+    assert_eq!(*s.cluster_ips, [ip("10.96.0.10"), ip("fd00::10")]);
     assert_eq!(
         s.ports.iter().map(|p| p.node_port).collect::<Vec<_>>(),
         [Some(30080), Some(30053)]
     );
-    assert_eq!(s.external_ips, [ip("192.0.2.7"), ip("2001:db8::7")]);
+    assert_eq!(*s.external_ips, [ip("192.0.2.7"), ip("2001:db8::7")]);
     // Hostname-only and ipMode: Proxy ingress entries are not programmed.
-    assert_eq!(s.lb_ips, [ip("198.51.100.1"), ip("2001:db8::1")]);
+    assert_eq!(*s.lb_ips, [ip("198.51.100.1"), ip("2001:db8::1")]);
     assert_eq!(s.external_policy, TrafficPolicy::Local);
     assert_eq!(s.health_check_node_port, Some(32000));
     assert_eq!(s.affinity, Some(DEFAULT_AFFINITY_TIMEOUT));
     assert_eq!(
-        s.source_ranges,
+        *s.source_ranges,
         [
             Cidr::parse("203.0.113.0/24").unwrap(),
             Cidr::parse("2001:db8:1::/48").unwrap()
@@ -162,7 +162,7 @@ fn source_range_annotation_applies_when_the_field_is_empty() {
     v["metadata"]["annotations"] = json!({ANNOTATION_SOURCE_RANGES: "10.0.0.0/8, 192.168.1.1/24"});
     let s = service(&svc(v.clone())).unwrap().value;
     assert_eq!(
-        s.source_ranges,
+        *s.source_ranges,
         [
             Cidr::parse("10.0.0.0/8").unwrap(),
             Cidr::parse("192.168.1.0/24").unwrap()
@@ -244,7 +244,7 @@ fn ip_families_must_match_cluster_ips() {
     v["spec"]["clusterIPs"] = json!(["fd00::10"]);
     v["spec"]["ipFamilies"] = json!(["IPv6"]);
     assert_eq!(
-        service(&svc(v)).unwrap().value.cluster_ips,
+        *service(&svc(v)).unwrap().value.cluster_ips,
         [ip("fd00::10")]
     );
 }

@@ -161,8 +161,8 @@ pub fn slice(eps: &EndpointSlice) -> Result<SliceOutcome, ObjectError> {
             id: SliceId::new(&namespace, name),
             service: ServiceId::new(namespace, service.cloned().unwrap_or_default()),
             family,
-            ports,
-            endpoints,
+            ports: ports.into(),
+            endpoints: endpoints.into(),
         },
         warnings,
     }))

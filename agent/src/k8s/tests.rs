@@ -40,9 +40,9 @@ fn service_converts_with_defaults() {
     let c = service(&svc(good_service())).unwrap();
     assert_eq!(c.warnings, []);
     assert_eq!(c.value.id, ServiceId::new("shop", "web"));
-    assert_eq!(c.value.cluster_ips, [IpAddr::from([10, 96, 0, 10])]);
+    assert_eq!(*c.value.cluster_ips, [IpAddr::from([10, 96, 0, 10])]);
     assert_eq!(
-        c.value.ports,
+        *c.value.ports,
         [
             ServicePortSpec {
                 name: "http".into(),
@@ -148,7 +148,7 @@ fn cluster_ips_are_checked_by_index() {
     v["spec"]["clusterIPs"] = json!(["10.96.0.10", "fd00::1"]);
     let c = service(&svc(v)).unwrap();
     assert_eq!(
-        c.value.cluster_ips,
+        *c.value.cluster_ips,
         [
             IpAddr::from([10, 96, 0, 10]),
             "fd00::1".parse::<IpAddr>().unwrap()
@@ -406,7 +406,7 @@ fn endpoint_conditions_follow_the_api_defaults() {
             meta: None,
         };
         assert_eq!(want.backend_state(), state, "{conditions}");
-        assert_eq!(c.value.endpoints, [want], "{conditions}");
+        assert_eq!(*c.value.endpoints, [want], "{conditions}");
     }
 }
 

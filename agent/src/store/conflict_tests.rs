@@ -23,13 +23,14 @@ fn svc(name: &str, vip: &str, created: i64) -> ServiceSpec {
     ServiceSpec {
         id: ServiceId::new("default", name),
         created: Some(created),
-        cluster_ips: vec![ip(vip)],
+        cluster_ips: vec![ip(vip)].into(),
         ports: vec![ServicePortSpec {
             name: "http".into(),
             port: 80,
             proto: Protocol::Tcp,
             node_port: None,
-        }],
+        }]
+        .into(),
         ..ServiceSpec::default()
     }
 }
@@ -103,7 +104,7 @@ fn an_external_ip_on_another_services_cluster_ip_is_refused_whatever_the_age_or_
 fn an_external_ip_on_another_services_load_balancer_ip_is_refused() {
     let mut victim = svc("victim", "10.96.0.10", 2_000);
     victim.kind = ServiceType::LoadBalancer;
-    victim.lb_ips = vec![ip("198.51.100.1")];
+    victim.lb_ips = vec![ip("198.51.100.1")].into();
     let evil = with_external(svc("aaa-evil", "10.96.0.20", 1_000), &["198.51.100.1"]);
     let (store, _) = store_of(&[evil, victim]);
     assert_eq!(

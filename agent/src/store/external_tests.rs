@@ -30,15 +30,16 @@ fn lb(name: &str, node_port: u16) -> ServiceSpec {
     ServiceSpec {
         id: ServiceId::new("default", name),
         kind: ServiceType::LoadBalancer,
-        cluster_ips: vec![ip("10.96.0.10"), ip("fd00::10")],
+        cluster_ips: vec![ip("10.96.0.10"), ip("fd00::10")].into(),
         ports: vec![ServicePortSpec {
             name: "http".into(),
             port: 80,
             proto: Protocol::Tcp,
             node_port: Some(node_port),
-        }],
-        external_ips: vec![ip("192.0.2.7"), ip("2001:db8::7")],
-        lb_ips: vec![ip("198.51.100.1"), ip("2001:db8::1")],
+        }]
+        .into(),
+        external_ips: vec![ip("192.0.2.7"), ip("2001:db8::7")].into(),
+        lb_ips: vec![ip("198.51.100.1"), ip("2001:db8::1")].into(),
         ..ServiceSpec::default()
     }
 }
@@ -48,13 +49,14 @@ fn node_port_svc(name: &str, node_port: u16, created: Option<i64>) -> ServiceSpe
         id: ServiceId::new("default", name),
         created,
         kind: ServiceType::NodePort,
-        cluster_ips: vec![ip(&format!("10.96.1.{}", name.len()))],
+        cluster_ips: vec![ip(&format!("10.96.1.{}", name.len()))].into(),
         ports: vec![ServicePortSpec {
             name: "http".into(),
             port: 80,
             proto: Protocol::Tcp,
             node_port: Some(node_port),
-        }],
+        }]
+        .into(),
         ..ServiceSpec::default()
     }
 }
@@ -70,7 +72,8 @@ fn slice(name: &str, family: IpFamily, eps: &[(&str, &str, bool)]) -> SliceSpec 
             name: "http".into(),
             port: 8080,
             proto: Protocol::Tcp,
-        }],
+        }]
+        .into(),
         endpoints: eps
             .iter()
             .map(|&(a, node, ready)| EndpointSpec {
@@ -172,7 +175,7 @@ fn a_frontend_never_gets_a_backend_of_the_other_family() {
     // A single-stack IPv4 Service ignores the IPv6 slice, node address,
     // external IP and ingress IP entirely.
     let mut v4 = lb("web", 30080);
-    v4.cluster_ips = vec![ip("10.96.0.10")];
+    v4.cluster_ips = vec![ip("10.96.0.10")].into();
     let store = web_store(v4);
     let all = summary(&store, "web");
     assert_eq!(all.len(), 4, "{all:?}");
@@ -186,8 +189,8 @@ fn a_frontend_never_gets_a_backend_of_the_other_family() {
 fn node_port_service_has_no_ingress_frontends() {
     let mut svc = lb("web", 30080);
     svc.kind = ServiceType::NodePort;
-    svc.lb_ips.clear();
-    svc.cluster_ips.truncate(1);
+    svc.lb_ips = Box::default();
+    svc.cluster_ips = svc.cluster_ips[..1].into();
     let store = web_store(svc);
     let kinds: Vec<FrontendKind> = store
         .frontends(&ServiceId::new("default", "web"))
@@ -207,7 +210,7 @@ fn node_port_service_has_no_ingress_frontends() {
 #[test]
 fn external_traffic_policy_local_narrows_only_the_external_scope_of_external_frontends() {
     let mut svc = lb("web", 30080);
-    svc.cluster_ips.truncate(1);
+    svc.cluster_ips = svc.cluster_ips[..1].into();
     svc.external_policy = TrafficPolicy::Local;
     svc.health_check_node_port = Some(32000);
     let store = web_store(svc);
@@ -242,7 +245,7 @@ fn external_traffic_policy_local_narrows_only_the_external_scope_of_external_fro
 #[test]
 fn local_external_frontends_fall_back_to_local_terminating_endpoints_only() {
     let mut svc = lb("web", 30080);
-    svc.cluster_ips.truncate(1);
+    svc.cluster_ips = svc.cluster_ips[..1].into();
     svc.external_policy = TrafficPolicy::Local;
     svc.health_check_node_port = Some(32000);
     let mut store = web_store(svc);
@@ -279,7 +282,7 @@ fn local_external_frontends_fall_back_to_local_terminating_endpoints_only() {
 fn affinity_is_on_every_frontend_and_source_ranges_on_ingress_ones_by_family() {
     let mut svc = lb("web", 30080);
     svc.affinity = Some(600);
-    svc.source_ranges = vec![Cidr::parse("203.0.113.0/24").unwrap()];
+    svc.source_ranges = vec![Cidr::parse("203.0.113.0/24").unwrap()].into();
     let store = web_store(svc);
     let fes = store.frontends(&ServiceId::new("default", "web"));
     assert!(fes.iter().all(|d| d.affinity == Some(600)));
@@ -417,8 +420,8 @@ fn external_ip_on_a_node_address_names_the_index() {
     let mut store = web_store(lb("web", 30080));
     let mut dirty = BTreeSet::new();
     let mut bad = lb("bad", 30081);
-    bad.cluster_ips = vec![ip("10.96.0.11")];
-    bad.external_ips = vec![ip("192.0.2.8"), ip(NODE_V4)];
+    bad.cluster_ips = vec![ip("10.96.0.11")].into();
+    bad.external_ips = vec![ip("192.0.2.8"), ip(NODE_V4)].into();
     store.apply(Change::service(bad), &mut dirty);
     assert_eq!(
         rejection(&store, "bad"),
@@ -463,7 +466,7 @@ fn a_service_rejected_for_its_own_reasons_holds_no_node_port() {
     let mut store = Store::new(node());
     let mut dirty = BTreeSet::new();
     let mut old = node_port_svc("old", 30_080, Some(100));
-    old.external_ips = vec![ip(NODE_V4)];
+    old.external_ips = vec![ip(NODE_V4)].into();
     let young = node_port_svc("young", 30_080, Some(200));
     store.apply(Change::service(old.clone()), &mut dirty);
     store.apply(Change::service(young.clone()), &mut dirty);
@@ -475,12 +478,17 @@ fn a_service_rejected_for_its_own_reasons_holds_no_node_port() {
 
     // A second port out of range refuses the older one too.
     let mut old2 = node_port_svc("old", 30_080, Some(100));
-    old2.ports.push(ServicePortSpec {
-        name: "x".into(),
-        port: 81,
-        proto: Protocol::Tcp,
-        node_port: Some(80),
-    });
+    old2.ports = [
+        &old2.ports[..],
+        &[ServicePortSpec {
+            name: "x".into(),
+            port: 81,
+            proto: Protocol::Tcp,
+            node_port: Some(80),
+        }],
+    ]
+    .concat()
+    .into();
     let mut dirty = BTreeSet::new();
     store.apply(Change::service(old2), &mut dirty);
     // Refused before and after: no claim changed, the younger one is not
@@ -514,12 +522,17 @@ fn a_service_that_loses_one_node_port_holds_none_of_the_others() {
     // b loses 30080 and gets no frontend, so c keeps 30081.
     let a = node_port_svc("a", 30_080, Some(100));
     let mut b = node_port_svc("bb", 30_080, Some(200));
-    b.ports.push(ServicePortSpec {
-        name: "x".into(),
-        port: 81,
-        proto: Protocol::Tcp,
-        node_port: Some(30_081),
-    });
+    b.ports = [
+        &b.ports[..],
+        &[ServicePortSpec {
+            name: "x".into(),
+            port: 81,
+            proto: Protocol::Tcp,
+            node_port: Some(30_081),
+        }],
+    ]
+    .concat()
+    .into();
     let c = node_port_svc("ccc", 30_081, Some(300));
     let mut store = Store::new(node());
     let mut dirty = BTreeSet::new();
@@ -555,9 +568,9 @@ fn cluster_ip_service_with_external_ips_honours_local_policy_on_them() {
     let svc = ServiceSpec {
         id: ServiceId::new("default", "web"),
         kind: ServiceType::ClusterIp,
-        cluster_ips: vec![ip("10.96.0.10")],
+        cluster_ips: vec![ip("10.96.0.10")].into(),
         ports: lb("web", 30080).ports,
-        external_ips: vec![ip("192.0.2.7")],
+        external_ips: vec![ip("192.0.2.7")].into(),
         external_policy: TrafficPolicy::Local,
         ..ServiceSpec::default()
     };
@@ -581,12 +594,17 @@ fn a_long_chain_of_contenders_settles_oldest_first() {
     let mut dirty = BTreeSet::new();
     let svc = |i: u16| {
         let mut s = node_port_svc(&format!("s{i:04}"), 30_000 + i, Some(i64::from(i)));
-        s.ports.push(ServicePortSpec {
-            name: "x".into(),
-            port: 81,
-            proto: Protocol::Tcp,
-            node_port: Some(30_001 + i),
-        });
+        s.ports = [
+            &s.ports[..],
+            &[ServicePortSpec {
+                name: "x".into(),
+                port: 81,
+                proto: Protocol::Tcp,
+                node_port: Some(30_001 + i),
+            }],
+        ]
+        .concat()
+        .into();
         s
     };
     for i in (0..n).rev() {
@@ -607,7 +625,7 @@ fn a_long_chain_of_contenders_settles_oldest_first() {
 #[test]
 fn draining_endpoints_stay_with_the_scopes_they_served_and_never_count_as_local() {
     let mut svc = lb("web", 30080);
-    svc.cluster_ips.truncate(1);
+    svc.cluster_ips = svc.cluster_ips[..1].into();
     svc.external_policy = TrafficPolicy::Local;
     svc.health_check_node_port = Some(32000);
     let mut store = web_store(svc);

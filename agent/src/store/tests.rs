@@ -16,13 +16,14 @@ fn last_octet(addr: IpAddr) -> u8 {
 fn svc(name: &str, ip: [u8; 4]) -> ServiceSpec {
     ServiceSpec {
         id: ServiceId::new("default", name),
-        cluster_ips: vec![IpAddr::from(ip)],
+        cluster_ips: vec![IpAddr::from(ip)].into(),
         ports: vec![ServicePortSpec {
             name: "http".into(),
             port: 80,
             proto: Protocol::Tcp,
             node_port: None,
-        }],
+        }]
+        .into(),
         ..ServiceSpec::default()
     }
 }
@@ -36,7 +37,8 @@ fn slice(name: &str, service: &str, eps: &[(u8, bool, bool, bool)]) -> SliceSpec
             name: "http".into(),
             port: 8080,
             proto: Protocol::Tcp,
-        }],
+        }]
+        .into(),
         endpoints: eps
             .iter()
             .map(|&(last, ready, serving, terminating)| EndpointSpec {

@@ -68,13 +68,14 @@ spec:
 fn svc(name: &str, ip: [u8; 4], port: u16) -> ServiceSpec {
     ServiceSpec {
         id: ServiceId::new("default", name),
-        cluster_ips: vec![IpAddr::from(ip)],
+        cluster_ips: vec![IpAddr::from(ip)].into(),
         ports: vec![ServicePortSpec {
             name: "http".into(),
             port,
             proto: Protocol::Tcp,
             node_port: None,
-        }],
+        }]
+        .into(),
         ..ServiceSpec::default()
     }
 }
@@ -105,8 +106,9 @@ fn slice(name: &str, service: &str, endpoints: Vec<EndpointSpec>) -> SliceSpec {
             name: "http".into(),
             port: 8080,
             proto: Protocol::Tcp,
-        }],
-        endpoints,
+        }]
+        .into(),
+        endpoints: endpoints.into(),
     }
 }
 
