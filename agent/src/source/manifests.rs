@@ -173,7 +173,9 @@ impl ManifestDir {
         let mut candidates = Vec::new();
         match scope {
             Scope::All => {
-                let mut seen = HashSet::with_capacity(self.files.len());
+                // Shared copies, and none at a cold start (nothing to miss):
+                // 100k owned paths were most of a cold start's peak.
+                let mut seen: HashSet<Arc<Path>> = HashSet::with_capacity(self.files.len());
                 for entry in std::fs::read_dir(&self.dir)? {
                     let path = entry?.path();
                     if !is_manifest(&path) {
@@ -182,12 +184,15 @@ impl ManifestDir {
                     let Some(now) = stamp(&path) else {
                         continue;
                     };
-                    if self.files.get(&*path).and_then(|f| f.stamp.as_ref()) != Some(&now) {
+                    let known = self.files.get_key_value(&*path);
+                    if known.and_then(|(_, f)| f.stamp.as_ref()) != Some(&now) {
                         candidates.push((self.shared(&path), Some(now)));
                     }
-                    seen.insert(path);
+                    if let Some((path, _)) = known {
+                        seen.insert(Arc::clone(path));
+                    }
                 }
-                for path in self.files.keys().filter(|p| !seen.contains(&***p)) {
+                for path in self.files.keys().filter(|p| !seen.contains(*p)) {
                     candidates.push((Arc::clone(path), None));
                 }
             }
