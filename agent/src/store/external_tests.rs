@@ -44,6 +44,17 @@ fn lb(name: &str, node_port: u16) -> ServiceSpec {
     }
 }
 
+/// Gives `svc` a second port, 81/TCP, on `node_port`.
+fn add_port_81(svc: &mut ServiceSpec, node_port: u16) {
+    let port = ServicePortSpec {
+        name: "x".into(),
+        port: 81,
+        proto: Protocol::Tcp,
+        node_port: Some(node_port),
+    };
+    svc.ports = svc.ports.iter().cloned().chain([port]).collect();
+}
+
 fn node_port_svc(name: &str, node_port: u16, created: Option<i64>) -> ServiceSpec {
     ServiceSpec {
         id: ServiceId::new("default", name),
@@ -478,17 +489,7 @@ fn a_service_rejected_for_its_own_reasons_holds_no_node_port() {
 
     // A second port out of range refuses the older one too.
     let mut old2 = node_port_svc("old", 30_080, Some(100));
-    old2.ports = [
-        &old2.ports[..],
-        &[ServicePortSpec {
-            name: "x".into(),
-            port: 81,
-            proto: Protocol::Tcp,
-            node_port: Some(80),
-        }],
-    ]
-    .concat()
-    .into();
+    add_port_81(&mut old2, 80);
     let mut dirty = BTreeSet::new();
     store.apply(Change::service(old2), &mut dirty);
     // Refused before and after: no claim changed, the younger one is not
@@ -522,17 +523,7 @@ fn a_service_that_loses_one_node_port_holds_none_of_the_others() {
     // b loses 30080 and gets no frontend, so c keeps 30081.
     let a = node_port_svc("a", 30_080, Some(100));
     let mut b = node_port_svc("bb", 30_080, Some(200));
-    b.ports = [
-        &b.ports[..],
-        &[ServicePortSpec {
-            name: "x".into(),
-            port: 81,
-            proto: Protocol::Tcp,
-            node_port: Some(30_081),
-        }],
-    ]
-    .concat()
-    .into();
+    add_port_81(&mut b, 30_081);
     let c = node_port_svc("ccc", 30_081, Some(300));
     let mut store = Store::new(node());
     let mut dirty = BTreeSet::new();
@@ -594,17 +585,7 @@ fn a_long_chain_of_contenders_settles_oldest_first() {
     let mut dirty = BTreeSet::new();
     let svc = |i: u16| {
         let mut s = node_port_svc(&format!("s{i:04}"), 30_000 + i, Some(i64::from(i)));
-        s.ports = [
-            &s.ports[..],
-            &[ServicePortSpec {
-                name: "x".into(),
-                port: 81,
-                proto: Protocol::Tcp,
-                node_port: Some(30_001 + i),
-            }],
-        ]
-        .concat()
-        .into();
+        add_port_81(&mut s, 30_001 + i);
         s
     };
     for i in (0..n).rev() {
