@@ -248,10 +248,17 @@ impl Default for Backends {
 }
 
 impl Backends {
-    /// Any backends; ids must be distinct.
+    /// Any backends; of two with one id the later wins, as in a map.
     pub fn from_unsorted(mut backends: Vec<(u32, Backend)>) -> Self {
-        backends.sort_unstable_by_key(|(id, _)| *id);
-        debug_assert!(backends.windows(2).all(|w| w[0].0 != w[1].0));
+        // Stable, so that among equal ids the later one stays last.
+        backends.sort_by_key(|(id, _)| *id);
+        backends.dedup_by(|later, earlier| {
+            let same = later.0 == earlier.0;
+            if same {
+                *earlier = *later;
+            }
+            same
+        });
         let Some((_, first)) = backends.first() else {
             return Self::default();
         };
@@ -371,6 +378,14 @@ mod tests {
             assert!(b.contains(9) && !b.contains(4) && b.get(4).is_none());
             assert_eq!(b, Backends::from_map(want));
         }
+        let mut later = v4;
+        later.state = BACKEND_STATE_DRAINING;
+        let b = Backends::from_unsorted(vec![(3, v4), (1, v4), (3, later)]);
+        assert_eq!(
+            b.to_map(),
+            BTreeMap::from([(1, v4), (3, later)]),
+            "as a map would"
+        );
         let slots = Slots::plain(Some(plain_slot(0, 7)), 7, vec![9, 3]);
         assert!(matches!(slots.rest, SlotRest::Plain { .. }));
         assert_eq!(
