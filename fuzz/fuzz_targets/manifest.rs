@@ -14,13 +14,13 @@ use weir_agent::{
 };
 
 /// One directory per process: the parser only reads files, and libFuzzer runs
-/// inputs one at a time.
+/// inputs one at a time. Each input makes and removes it: libFuzzer ends a
+/// timed run with `exit`, which drops nothing, so a directory made once
+/// per process was left in the temp dir by every run.
 fn dir() -> &'static PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        let d = std::env::temp_dir().join(format!("weir-fuzz-manifest-{}", std::process::id()));
-        std::fs::create_dir_all(&d).expect("temp dir");
-        d
+        std::env::temp_dir().join(format!("weir-fuzz-manifest-{}", std::process::id()))
     })
 }
 
@@ -49,6 +49,7 @@ fuzz_target!(|data: &[u8]| {
     } else {
         "m.yaml"
     };
+    std::fs::create_dir_all(dir()).expect("temp dir");
     let path = dir().join(name);
     std::fs::write(&path, data).expect("write manifest");
     let paths = BTreeSet::from([path.clone()]);
@@ -70,4 +71,5 @@ fuzz_target!(|data: &[u8]| {
         "a removal can only delete: {gone:?}"
     );
     assert_eq!(ids(&first), ids(&gone), "removal withdrew something else");
+    std::fs::remove_dir(dir()).expect("remove the empty temp dir");
 });
