@@ -229,14 +229,18 @@ impl<M: LbMaps> Reconciler<M> {
         for (fe, d) in upserts {
             plans.push(planner::plan(
                 fe,
-                self.images.get(&fe).map(|h| &h.image),
+                image_in(&self.images, fe),
                 Some(d),
                 &mut self.ids,
             ));
         }
         for fe in removed {
-            let old = self.images.get(&fe).map(|h| &h.image);
-            plans.push(planner::plan(fe, old, None, &mut self.ids));
+            plans.push(planner::plan(
+                fe,
+                image_in(&self.images, fe),
+                None,
+                &mut self.ids,
+            ));
         }
 
         match self.apply_plans(service, plans) {
@@ -304,12 +308,11 @@ impl<M: LbMaps> Reconciler<M> {
     pub fn prune_unclaimed(&mut self) -> Vec<(Frontend, MapError)> {
         let mut failed = Vec::new();
         for fe in std::mem::take(&mut self.unclaimed) {
-            let old = self.images.get(&fe).map(|h| &h.image);
-            let plan = planner::plan(fe, old, None, &mut self.ids);
+            let plan = planner::plan(fe, image_in(&self.images, fe), None, &mut self.ids);
             match self.apply_ops(&plan.ops) {
                 Ok(()) => {
                     debug!(%fe, "removed frontend of a service that no longer exists");
-                    self.settle(plan);
+                    self.settle(plan, None);
                 }
                 Err((_, e)) => {
                     self.unclaimed.insert(fe);
@@ -442,26 +445,26 @@ impl<M: LbMaps> Reconciler<M> {
     fn commit(&mut self, service: &ServiceId, plan: Plan) {
         let fe = plan.frontend;
         self.unclaimed.remove(&fe);
-        let owned = plan.image.is_some();
-        self.settle(plan);
-        if owned {
-            if let Some(held) = self.images.get_mut(&fe) {
-                held.owner = Some(service.clone());
-            }
+        if plan.image.is_some() {
+            self.settle(plan, Some(service));
             self.by_service
                 .entry(service.clone())
                 .or_default()
                 .insert(fe);
-        } else if let Some(set) = self.by_service.get_mut(service) {
-            set.remove(&fe);
-            if set.is_empty() {
-                self.by_service.remove(service);
+        } else {
+            self.settle(plan, None);
+            if let Some(set) = self.by_service.get_mut(service) {
+                set.remove(&fe);
+                if set.is_empty() {
+                    self.by_service.remove(service);
+                }
             }
         }
     }
 
-    /// Records a fully applied plan's image and frees the ids it deleted.
-    fn settle(&mut self, plan: Plan) {
+    /// Records a fully applied plan's image, written by `owner` (`None`
+    /// keeps the owner it had), and frees the ids it deleted.
+    fn settle(&mut self, plan: Plan, owner: Option<&ServiceId>) {
         for op in &plan.ops {
             release_deleted(&mut self.ids, op);
         }
@@ -469,16 +472,23 @@ impl<M: LbMaps> Reconciler<M> {
         let after = plan.image.as_ref().map(sizes).unwrap_or_default();
         self.adjust_used(&before, &after);
         match plan.image {
-            Some(image) => match self.images.entry(plan.frontend) {
-                Entry::Occupied(mut e) => e.get_mut().image = image,
-                Entry::Vacant(e) => drop(e.insert(Held { image, owner: None })),
-            },
+            Some(image) => {
+                let owner = owner.cloned();
+                match self.images.entry(plan.frontend) {
+                    Entry::Occupied(mut e) => {
+                        let held = e.get_mut();
+                        held.image = image;
+                        held.owner = owner.or(held.owner.take());
+                    }
+                    Entry::Vacant(e) => drop(e.insert(Held { image, owner })),
+                }
+            }
             None => drop(self.images.remove(&plan.frontend)),
         }
     }
 
     fn image(&self, fe: Frontend) -> Option<&FrontendImage> {
-        self.images.get(&fe).map(|h| &h.image)
+        image_in(&self.images, fe)
     }
 
     fn adjust_used(&mut self, before: &BTreeMap<MapName, u64>, after: &BTreeMap<MapName, u64>) {
@@ -497,6 +507,11 @@ impl<M: LbMaps> Reconciler<M> {
             }
         }
     }
+}
+
+/// [`Reconciler::image`] where `self` is partly borrowed.
+fn image_in(images: &BTreeMap<Frontend, Held>, fe: Frontend) -> Option<&FrontendImage> {
+    images.get(&fe).map(|h| &h.image)
 }
 
 fn release_deleted(ids: &mut Ids, op: &MapOp) {
