@@ -136,7 +136,14 @@ impl<M: LbMaps> Controller<M> {
         let mut retry = tokio::time::interval(RETRY);
         retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            let mut dirty = std::mem::take(&mut self.held);
+            // A cold start's held Services are not rechecked on every
+            // message: the change that completes one (its slice or the
+            // Service itself) marks it dirty again.
+            let mut dirty = if self.synced || !self.cold_start {
+                std::mem::take(&mut self.held)
+            } else {
+                BTreeSet::new()
+            };
             tokio::select! {
                 () = &mut shutdown => return,
                 msg = rx.recv() => {
@@ -165,12 +172,17 @@ impl<M: LbMaps> Controller<M> {
             if self.synced {
                 self.sync(dirty);
             } else if self.cold_start {
-                let (now, later) = dirty
-                    .into_iter()
-                    .partition(|id| self.store.has_service_and_slices(id));
+                let mut now = BTreeSet::new();
+                for id in dirty {
+                    if self.store.has_service_and_slices(&id) {
+                        self.held.remove(&id);
+                        now.insert(id);
+                    } else {
+                        self.held.insert(id);
+                    }
+                }
                 // Health waits for the complete view.
                 self.sync_quietly(now);
-                self.held = later;
             } else {
                 self.held = dirty;
             }
@@ -194,6 +206,7 @@ impl<M: LbMaps> Controller<M> {
             SourceMsg::Synced { complete } => {
                 // Sync what is pending first, so restored frontends get claimed
                 // before the unclaimed ones are pruned.
+                dirty.append(&mut self.held);
                 self.sync(std::mem::take(dirty));
                 // An empty source syncs nothing, and is still in sync.
                 self.hooks.health.updated(self.broken.is_empty());
