@@ -1,7 +1,6 @@
 //! `weir-agent inspect`: what the kernel is doing, read from the pinned maps and
 //! not from any agent's memory, so it works while the agent is down.
 use std::{
-    collections::HashMap,
     net::{IpAddr, Ipv4Addr},
     path::Path,
 };
@@ -9,13 +8,20 @@ use std::{
 use aya::maps::{Map, MapData, MapError, PerCpuArray};
 use serde::Serialize;
 use weir_abi::{
-    BACKEND_STATE_ACTIVE, BACKEND_STATE_DRAINING, BACKEND_STATE_TERMINATING, SCOPE_EXTERNAL,
-    SVC_F_AFFINITY, SVC_F_EXTERNAL, SVC_F_LOCAL, SVC_F_NODEPORT, SVC_F_SRC_RANGES, StatValue,
+    BACKEND_STATE_ACTIVE, BACKEND_STATE_DRAINING, BACKEND_STATE_TERMINATING, Backend,
+    SCOPE_EXTERNAL, SVC_F_AFFINITY, SVC_F_EXTERNAL, SVC_F_LOCAL, SVC_F_NODEPORT, SVC_F_SRC_RANGES,
+    ServiceKey, ServiceValue, StatValue,
 };
 
-use crate::{maps::Snapshot, model::Protocol};
+use crate::{
+    hash::HashMap,
+    maps::{self, pinned::PinnedMaps},
+    model::Protocol,
+    parallel,
+};
 
 pub mod conntrack;
+pub mod json;
 pub mod stats;
 
 #[derive(Debug, thiserror::Error)]
@@ -90,6 +96,22 @@ pub struct BackendView {
     pub state: &'static str,
 }
 
+impl BackendView {
+    const MISSING: Self = Self {
+        ip: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        port: 0,
+        state: "missing",
+    };
+
+    fn of(b: &Backend) -> Self {
+        Self {
+            ip: IpAddr::from(b.addr),
+            port: u16::from_be(b.port),
+            state: state_name(b.state),
+        }
+    }
+}
+
 /// `BACKEND_STATE_*` as `inspect` shows it.
 const fn state_name(state: u8) -> &'static str {
     match state {
@@ -100,52 +122,92 @@ const fn state_name(state: u8) -> &'static str {
     }
 }
 
-/// Every frontend with its backends in slot order, then its draining ones. Slots whose backend is
-/// missing show up as `missing`, which only a bug or a race can produce.
-pub fn services(s: &Snapshot) -> Vec<ServiceView> {
-    // Draining backends (terminating, no longer serving) are in no slot:
-    // they only keep their tracked flows, and their rev-NAT id says whose
-    // they are. Indexed once: a scan per frontend is quadratic at scale.
-    let mut draining: HashMap<u32, Vec<BackendView>> = HashMap::new();
-    for b in s
-        .backends
-        .values()
-        .filter(|b| b.state == BACKEND_STATE_DRAINING)
+/// Every frontend in the pinned maps with its backends in slot order, then
+/// its draining ones. Slots whose backend is missing show up as `missing`,
+/// which only a bug or a race can produce.
+///
+/// At 100k Services the two maps hold a million entries each, and the
+/// kernel's walk of one takes half a second of CPU: each is read on its own
+/// thread, which then orders (services) or indexes (backends) what it read.
+pub fn read_services(maps: &PinnedMaps) -> Result<Vec<ServiceView>, maps::MapError> {
+    let (entries, backends) = parallel::both(
+        || maps.service_entries().map(sort_entries),
+        || maps.backend_entries().map(index_backends),
+    );
+    Ok(views(&entries?, &backends?))
+}
+
+/// [`read_services`] of the maps' entries in any order.
+pub fn services(
+    entries: Vec<(ServiceKey, ServiceValue)>,
+    backends: Vec<(u32, Backend)>,
+) -> Vec<ServiceView> {
+    views(&sort_entries(entries), &index_backends(backends))
+}
+
+/// One sort by the key's integers puts each frontend's master before its
+/// slots, which a walk then takes in turn; only the frontends are sorted
+/// into the order shown ([`FrontendOrder`]). At 100k Services a lookup per
+/// slot, or a sort of every entry in that order, costs as much as the rest.
+fn sort_entries(mut entries: Vec<(ServiceKey, ServiceValue)>) -> Vec<(ServiceKey, ServiceValue)> {
+    entries.sort_unstable_by_key(|(k, _)| raw_order(k));
+    entries
+}
+
+/// Backends by id, and the draining ones by rev-NAT id.
+struct BackendIndex {
+    by_id: HashMap<u32, Backend>,
+    /// Draining backends (terminating, no longer serving) are in no slot:
+    /// they only keep their tracked flows, and their rev-NAT id says whose
+    /// they are. Indexed once: a scan per frontend is quadratic at scale.
+    draining: HashMap<u32, Vec<BackendView>>,
+}
+
+/// The frontends among `entries` (from [`sort_entries`]) in the order
+/// shown, with their backends; built in two halves, split between
+/// frontends.
+fn views(entries: &[(ServiceKey, ServiceValue)], backends: &BackendIndex) -> Vec<ServiceView> {
+    let mut mid = entries.len() / 2;
+    while mid > 0
+        && mid < entries.len()
+        && frontend(&entries[mid].0) == frontend(&entries[mid - 1].0)
     {
-        draining.entry(b.rev_nat_id).or_default().push(BackendView {
-            ip: IpAddr::from(b.addr),
-            port: u16::from_be(b.port),
-            state: state_name(b.state),
-        });
+        mid += 1;
     }
+    let (first, second) = entries.split_at(mid);
+    let (mut out, rest) = parallel::both(
+        || frontends(first, backends),
+        || frontends(second, backends),
+    );
+    out.extend(rest);
+    out.sort_by_cached_key(FrontendOrder::of);
+    out
+}
+
+/// The frontends among `entries` (from [`sort_entries`]), with their
+/// backends.
+fn frontends(entries: &[(ServiceKey, ServiceValue)], index: &BackendIndex) -> Vec<ServiceView> {
     let mut out = Vec::new();
-    for (k, master) in s.services.iter().filter(|(k, _)| k.slot == 0) {
-        let mut backends = Vec::new();
-        let used = u32::from(master.count) + u32::from(master.qcount);
-        for slot in 1..=used {
-            let sk = weir_abi::ServiceKey {
-                slot: u16::try_from(slot).unwrap_or(u16::MAX),
-                ..*k
-            };
-            let b = s
-                .services
-                .get(&sk)
-                .and_then(|v| s.backends.get(&v.backend_id));
-            backends.push(match b {
-                Some(b) => BackendView {
-                    ip: IpAddr::from(b.addr),
-                    port: u16::from_be(b.port),
-                    state: state_name(b.state),
-                },
-                None => BackendView {
-                    ip: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-                    port: 0,
-                    state: "missing",
-                },
-            });
-        }
+    for group in entries.chunk_by(|a, b| frontend(&a.0) == frontend(&b.0)) {
+        // A frontend is its master entry; slots without one are not shown.
+        let Some(&(k, master)) = group.first().filter(|(k, _)| k.slot == 0) else {
+            continue;
+        };
+        let slots = &group[1..];
+        let used =
+            u16::try_from(u32::from(master.count) + u32::from(master.qcount)).unwrap_or(u16::MAX);
+        let mut backends: Vec<BackendView> = (1..=used)
+            .map(|slot| {
+                slots
+                    .binary_search_by_key(&slot, |(k, _)| k.slot)
+                    .ok()
+                    .and_then(|i| index.by_id.get(&slots[i].1.backend_id))
+                    .map_or(BackendView::MISSING, BackendView::of)
+            })
+            .collect();
         // Listed after the slots.
-        let mut draining = draining
+        let mut draining = index
+            .draining
             .get(&master.rev_nat_id)
             .cloned()
             .unwrap_or_default();
@@ -156,20 +218,82 @@ pub fn services(s: &Snapshot) -> Vec<ServiceView> {
             port: u16::from_be(k.port),
             protocol: Protocol::from_ip_proto(k.proto)
                 .map_or_else(|| k.proto.to_string(), |p| p.as_str().to_owned()),
-            scope: if k.scope == SCOPE_EXTERNAL {
-                "external"
-            } else {
-                "all"
-            },
+            scope: scope_name(k.scope),
             flags: flag_names(master.flags),
             affinity_timeout: master.affinity_timeout,
             backends,
         });
     }
-    out.sort_by(|a, b| {
-        (a.vip, a.port, &a.protocol, a.scope).cmp(&(b.vip, b.port, &b.protocol, b.scope))
-    });
     out
+}
+
+/// A services-map key without its slot: the frontend it belongs to.
+fn frontend(k: &ServiceKey) -> ServiceKey {
+    ServiceKey { slot: 0, ..*k }
+}
+
+fn index_backends(backends: Vec<(u32, Backend)>) -> BackendIndex {
+    let mut draining: HashMap<u32, Vec<BackendView>> = HashMap::default();
+    for (_, b) in backends
+        .iter()
+        .filter(|(_, b)| b.state == BACKEND_STATE_DRAINING)
+    {
+        draining
+            .entry(b.rev_nat_id)
+            .or_default()
+            .push(BackendView::of(b));
+    }
+    BackendIndex {
+        by_id: backends.into_iter().collect(),
+        draining,
+    }
+}
+
+/// The order frontends are shown in: by address (IPv4 first), port,
+/// protocol name and scope name, as integers, so a million keys sort fast.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct FrontendOrder {
+    addr: IpAddr,
+    port: u16,
+    /// Protocols the agent never writes sort by number before the named ones.
+    proto: (u8, u8),
+    scope: &'static str,
+}
+
+impl FrontendOrder {
+    fn of(v: &ServiceView) -> Self {
+        let proto = match Protocol::from_k8s(&v.protocol) {
+            None => (0, v.protocol.parse().unwrap_or(u8::MAX)),
+            Some(Protocol::Sctp) => (1, 0),
+            Some(Protocol::Tcp) => (2, 0),
+            Some(Protocol::Udp) => (3, 0),
+        };
+        Self {
+            addr: v.vip,
+            port: v.port,
+            proto,
+            scope: v.scope,
+        }
+    }
+}
+
+/// A services-map key as two integers: the frontend, then the slot.
+fn raw_order(k: &ServiceKey) -> (u128, u64) {
+    let [a, b, c, d] = k.addr.0;
+    let addr = u128::from(a) << 96 | u128::from(b) << 64 | u128::from(c) << 32 | u128::from(d);
+    let rest = u64::from(k.port) << 32
+        | u64::from(k.proto) << 24
+        | u64::from(k.scope) << 16
+        | u64::from(k.slot);
+    (addr, rest)
+}
+
+const fn scope_name(scope: u8) -> &'static str {
+    if scope == SCOPE_EXTERNAL {
+        "external"
+    } else {
+        "all"
+    }
 }
 
 pub fn render_table(views: &[ServiceView]) -> String {
@@ -226,9 +350,104 @@ pub fn render_table(views: &[ServiceView]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use weir_abi::{Addr, Backend, PROTO_TCP, ServiceKey, ServiceValue};
+    use weir_abi::{Addr, PROTO_SCTP, PROTO_TCP, PROTO_UDP};
 
     use super::*;
+    use crate::maps::Snapshot;
+
+    fn views(s: Snapshot) -> Vec<ServiceView> {
+        // Reversed: the maps hand entries out in hash order, not key order.
+        services(
+            s.services.into_iter().rev().collect(),
+            s.backends.into_iter().rev().collect(),
+        )
+    }
+
+    fn key(addr: &str, port: u16, proto: u8, slot: u16) -> ServiceKey {
+        ServiceKey {
+            addr: Addr::from(addr.parse::<IpAddr>().unwrap()),
+            port: port.to_be(),
+            proto,
+            slot,
+            ..ServiceKey::default()
+        }
+    }
+
+    #[test]
+    fn frontends_in_address_port_protocol_order_with_slots_in_order() {
+        let mut s = Snapshot::default();
+        let frontends = [
+            ("fd00::1", 53, PROTO_UDP),
+            ("10.0.0.2", 53, PROTO_UDP),
+            ("10.0.0.2", 53, PROTO_TCP),
+            ("10.0.0.2", 53, PROTO_SCTP),
+            ("10.0.0.10", 80, PROTO_TCP),
+            ("10.0.0.2", 443, PROTO_TCP),
+        ];
+        for (i, (addr, port, proto)) in frontends.into_iter().enumerate() {
+            let rev_nat_id = u32::try_from(i).unwrap() + 1;
+            s.services.insert(
+                key(addr, port, proto, 0),
+                ServiceValue {
+                    count: 3,
+                    rev_nat_id,
+                    ..ServiceValue::default()
+                },
+            );
+            for slot in 1..=3u16 {
+                let id = rev_nat_id * 10 + u32::from(slot);
+                s.services.insert(
+                    key(addr, port, proto, slot),
+                    ServiceValue {
+                        backend_id: id,
+                        rev_nat_id,
+                        ..ServiceValue::default()
+                    },
+                );
+                s.backends.insert(
+                    id,
+                    Backend {
+                        addr: Addr::from(IpAddr::from([10, 1, 0, u8::try_from(id).unwrap()])),
+                        port: 8000u16.to_be(),
+                        proto,
+                        rev_nat_id,
+                        ..Backend::default()
+                    },
+                );
+            }
+        }
+        // A slot past the count and one without a master are not shown.
+        s.services
+            .insert(key("10.0.0.2", 53, PROTO_TCP, 4), ServiceValue::default());
+        s.services
+            .insert(key("10.0.0.3", 53, PROTO_TCP, 1), ServiceValue::default());
+        let got: Vec<(String, Vec<String>)> = views(s)
+            .iter()
+            .map(|v| {
+                (
+                    format!("{}:{}/{}", v.vip, v.port, v.protocol),
+                    v.backends.iter().map(|b| b.ip.to_string()).collect(),
+                )
+            })
+            .collect();
+        let want = [
+            ("10.0.0.2:53/SCTP", 4),
+            ("10.0.0.2:53/TCP", 3),
+            ("10.0.0.2:53/UDP", 2),
+            ("10.0.0.2:443/TCP", 6),
+            ("10.0.0.10:80/TCP", 5),
+            ("fd00::1:53/UDP", 1),
+        ]
+        .map(|(fe, rev_nat_id)| {
+            (
+                fe.to_owned(),
+                (1..=3)
+                    .map(|slot| format!("10.1.0.{}", rev_nat_id * 10 + slot))
+                    .collect::<Vec<_>>(),
+            )
+        });
+        assert_eq!(got, want);
+    }
 
     #[test]
     fn services_show_flags_and_v6_frontends() {
@@ -299,7 +518,7 @@ mod tests {
                 ..ServiceValue::default()
             },
         );
-        let views = services(&s);
+        let views = views(s);
         assert_eq!(views.len(), 2);
         assert_eq!((views[0].scope, views[1].scope), ("all", "external"));
         let json = serde_json::to_value(&views).unwrap();

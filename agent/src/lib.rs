@@ -22,6 +22,7 @@ pub mod link_changes;
 pub mod maps;
 pub mod model;
 pub mod node_addrs;
+pub mod parallel;
 pub mod planner;
 pub mod reconciler;
 pub mod report;

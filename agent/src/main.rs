@@ -14,7 +14,7 @@ use weir_agent::{
     datapath::{Acceleration, Datapath, LoadOptions, devices, kernel, lock, pins::Pins},
     healthcheck::{self, HealthChecks},
     inspect,
-    maps::{LbMaps as _, pinned::PinnedMaps},
+    maps::pinned::PinnedMaps,
     model::NodeInfo,
     node_addrs,
     reconciler::Reconciler,
@@ -347,10 +347,10 @@ fn main() -> Result<()> {
 }
 
 fn run_inspect(what: Inspect) -> Result<()> {
-    fn print<T: serde::Serialize>(
-        views: &T,
+    fn print<T: serde::Serialize + Sync>(
+        views: &[T],
         output: Output,
-        table: impl Fn(&T) -> String,
+        table: impl Fn(&[T]) -> String,
     ) -> Result<()> {
         use std::io::Write as _;
         // Written as it is encoded: at 100k Services the JSON is over 100
@@ -360,7 +360,7 @@ fn run_inspect(what: Inspect) -> Result<()> {
         match output {
             Output::Table => write!(out, "{}", table(views))?,
             Output::Json => {
-                serde_json::to_writer_pretty(&mut out, views)?;
+                inspect::json::write_array(&mut out, views)?;
                 writeln!(out)?;
             }
         }
@@ -372,21 +372,21 @@ fn run_inspect(what: Inspect) -> Result<()> {
             let pins = Pins::new(bpffs.path);
             let maps = PinnedMaps::open(&pins.maps())
                 .with_context(|| format!("no Weir maps pinned under {}", pins.maps().display()))?;
-            let views = inspect::services(&maps.snapshot()?);
-            print(&views, output, |v| inspect::render_table(v))
+            let views = inspect::read_services(&maps)?;
+            print(&views, output, inspect::render_table)
         }
         Inspect::Conntrack { bpffs, output } => {
             let maps = Pins::new(bpffs.path).maps();
             let entries = inspect::read_conntrack(&maps)
                 .with_context(|| format!("no conntrack maps pinned under {}", maps.display()))?;
             let views = inspect::conntrack::conntrack(&entries, ct_gc::monotonic_secs());
-            print(&views, output, |v| inspect::conntrack::render_table(v))
+            print(&views, output, inspect::conntrack::render_table)
         }
         Inspect::Stats { bpffs, output } => {
             let maps = Pins::new(bpffs.path).maps();
             let views = inspect::read_stats(&maps)
                 .with_context(|| format!("no stats map pinned under {}", maps.display()))?;
-            print(&views, output, |v| inspect::stats::render_table(v))
+            print(&views, output, inspect::stats::render_table)
         }
     }
 }

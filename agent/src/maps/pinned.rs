@@ -8,6 +8,8 @@ use std::{
 use aya::maps::{HashMap, LpmTrie, Map, MapData, MapError as AyaMapError, lpm_trie::Key as LpmKey};
 use weir_abi::{Backend, RevNat, ServiceKey, ServiceValue, SrcRangeKey};
 
+use crate::parallel::both;
+
 use super::{Capacity, LbMaps, MapError, MapName, MapOp, Snapshot, SrcRange, batch::Batch};
 
 pub struct PinnedMaps {
@@ -163,10 +165,20 @@ impl LbMaps for PinnedMaps {
     }
 
     fn snapshot(&self) -> Result<Snapshot, MapError> {
+        // At 100k Services each of the two holds a million entries, and the
+        // kernel's walk of one takes half a second of CPU: they are read at
+        // once, and each thread orders what it read.
+        let (services, backends) = both(
+            || self.service_entries().map(|v| v.into_iter().collect()),
+            || self.backend_entries().map(|v| v.into_iter().collect()),
+        );
         Ok(Snapshot {
-            services: self.collect(&self.batches.services, &self.services, MapName::Services)?,
-            backends: self.collect(&self.batches.backends, &self.backends, MapName::Backends)?,
-            revnat: self.collect(&self.batches.revnat, &self.revnat, MapName::RevNat)?,
+            services: services?,
+            backends: backends?,
+            revnat: self
+                .read_all(&self.batches.revnat, &self.revnat, MapName::RevNat)?
+                .into_iter()
+                .collect(),
             src_ranges: self
                 .src_ranges
                 .iter()
@@ -248,22 +260,39 @@ impl PinnedMaps {
         }
     }
 
+    /// Every entry of the services map, unordered.
+    pub fn service_entries(&self) -> Result<Vec<(ServiceKey, ServiceValue)>, MapError> {
+        self.read_all(&self.batches.services, &self.services, MapName::Services)
+    }
+
+    /// Every entry of the backends map, unordered.
+    pub fn backend_entries(&self) -> Result<Vec<(u32, Backend)>, MapError> {
+        self.read_all(&self.batches.backends, &self.backends, MapName::Backends)
+    }
+
     /// Every entry of a hash map: with batch lookups when the kernel has
     /// them, else key by key.
-    fn collect<K: aya::Pod + Ord, V: aya::Pod>(
+    fn read_all<K: aya::Pod, V: aya::Pod>(
         &self,
         batch: &Batch<K, V>,
         m: &HashMap<MapData, K, V>,
         name: MapName,
-    ) -> Result<std::collections::BTreeMap<K, V>, MapError> {
+    ) -> Result<Vec<(K, V)>, MapError> {
         if self.batched {
             match batch.lookup_all() {
-                Ok(all) => return Ok(all.into_iter().collect()),
+                Ok(all) => return Ok(all),
                 Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
                 Err(source) => return Err(MapError::Read { map: name, source }),
             }
         }
-        collect(m, name)
+        m.iter()
+            .map(|r| {
+                r.map_err(|e| MapError::Read {
+                    map: name,
+                    source: to_io(e),
+                })
+            })
+            .collect()
     }
 }
 
@@ -278,20 +307,6 @@ fn upsert<K: aya::Pod, V: aya::Pod>(
 
 fn keys<K>(ops: &[MapOp], key: impl Fn(&MapOp) -> K) -> Vec<K> {
     ops.iter().map(key).collect()
-}
-
-fn collect<K: aya::Pod + Ord, V: aya::Pod>(
-    m: &HashMap<MapData, K, V>,
-    name: MapName,
-) -> Result<std::collections::BTreeMap<K, V>, MapError> {
-    m.iter()
-        .map(|r| {
-            r.map_err(|e| MapError::Read {
-                map: name,
-                source: to_io(e),
-            })
-        })
-        .collect()
 }
 
 const fn lpm_key(r: &SrcRange) -> LpmKey<SrcRangeKey> {
