@@ -9,7 +9,7 @@
 pub mod tracker;
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     path::PathBuf,
     sync::Arc,
     time::{Duration, Instant, SystemTime},
@@ -201,6 +201,7 @@ impl KubeSource {
             metrics,
             health,
             last_error: HashMap::new(),
+            reported_invalid: HashSet::default(),
         };
         while let Some(item) = items.recv().await {
             // What is already decoded goes out in one message: one per
@@ -244,6 +245,11 @@ struct State {
     metrics: Arc<Metrics>,
     health: Arc<Health>,
     last_error: HashMap<&'static str, Instant>,
+    /// Services this source reported invalid (or whose slice it did): only
+    /// their next valid version is news. A recovery sent for every valid
+    /// Service filled the report queue during a large list, and the
+    /// failures queued behind it were dropped.
+    reported_invalid: HashSet<ServiceId>,
 }
 
 impl State {
@@ -326,10 +332,12 @@ impl State {
                         for w in &c.warnings {
                             debug!(service = %id, "{w}");
                         }
-                        self.reports.send(Report::Recovered {
-                            service: id.clone(),
-                            stage: Stage::Validation,
-                        });
+                        if self.reported_invalid.remove(&id) {
+                            self.reports.send(Report::Recovered {
+                                service: id.clone(),
+                                stage: Stage::Validation,
+                            });
+                        }
                         Outcome::Upsert(Change::service(c.value))
                     }
                     Err(e) => {
@@ -342,6 +350,7 @@ impl State {
             Event::Delete(svc) => {
                 let id = ServiceId::new(svc.namespace().unwrap_or_default(), svc.name_any());
                 self.uids.set(&id, None);
+                self.reported_invalid.remove(&id);
                 out.extend(self.services.delete(&id));
             }
         }
@@ -444,6 +453,7 @@ impl State {
     fn invalid(&mut self, kind: &'static str, service: &ServiceId, reason: Reason, msg: String) {
         self.count_invalid(kind);
         warn!(%service, "invalid {kind}, keeping its last good version: {msg}");
+        self.reported_invalid.insert(service.clone());
         self.reports.send(Report::Failed {
             service: service.clone(),
             reason,
@@ -467,6 +477,62 @@ fn trigger_time(eps: &EndpointSlice) -> Option<SystemTime> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn state(reports: Reports) -> State {
+        State {
+            node: "node-a".into(),
+            started: SystemTime::now(),
+            services: Tracker::new(|id| Change::DeleteService(id.clone())),
+            slices: Tracker::new(|id| Change::DeleteSlice(id.clone())),
+            node_seen: false,
+            synced_sent: false,
+            uids: Uids::default(),
+            reports,
+            metrics: Arc::default(),
+            health: Arc::new(Health::new(Duration::from_secs(60))),
+            last_error: HashMap::new(),
+            reported_invalid: HashSet::default(),
+        }
+    }
+
+    fn svc(name: &str, port: i64) -> Item {
+        let svc: Service = serde_json::from_value(serde_json::json!({
+            "metadata": {"namespace": "default", "name": name, "uid": format!("uid-{name}")},
+            "spec": {"clusterIP": "10.96.0.10", "clusterIPs": ["10.96.0.10"],
+                     "ports": [{"port": port, "protocol": "TCP"}]},
+        }))
+        .unwrap();
+        Item::Service(Box::new(Ok(Event::InitApply(svc))))
+    }
+
+    #[test]
+    fn a_large_list_of_valid_services_leaves_room_for_a_failure_report() {
+        let (reports, mut rx) = Reports::channel(16);
+        let mut state = state(reports);
+        state.handle(Item::Service(Box::new(Ok(Event::Init))));
+        for i in 0..1000 {
+            state.handle(svc(&format!("ok-{i}"), 80));
+        }
+        state.handle(svc("bad", 70_000));
+        let Ok(Report::Failed {
+            service, reason, ..
+        }) = rx.try_recv()
+        else {
+            panic!("the failure was not reported first");
+        };
+        assert_eq!((service.name(), reason), ("bad", Reason::InvalidService));
+        // Fixed, it is reported recovered, once.
+        state.handle(svc("bad", 80));
+        state.handle(svc("bad", 81));
+        assert!(matches!(
+            rx.try_recv(),
+            Ok(Report::Recovered {
+                stage: Stage::Validation,
+                ..
+            })
+        ));
+        assert!(rx.try_recv().is_err());
+    }
 
     #[test]
     fn api_server_override_is_host_and_port() {
