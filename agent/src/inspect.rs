@@ -250,7 +250,7 @@ fn index_backends(backends: Vec<(u32, Backend)>) -> BackendIndex {
 }
 
 /// The order frontends are shown in: by address (IPv4 first), port,
-/// protocol name and scope name, as integers, so a million keys sort fast.
+/// protocol name and scope name.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 struct FrontendOrder {
     addr: IpAddr,
