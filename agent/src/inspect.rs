@@ -137,14 +137,6 @@ pub fn read_services(maps: &PinnedMaps) -> Result<Vec<ServiceView>, maps::MapErr
     Ok(views(&entries?, &backends?))
 }
 
-/// [`read_services`] of the maps' entries in any order.
-pub fn services(
-    entries: Vec<(ServiceKey, ServiceValue)>,
-    backends: Vec<(u32, Backend)>,
-) -> Vec<ServiceView> {
-    views(&sort_entries(entries), &index_backends(backends))
-}
-
 /// One sort by the key's integers puts each frontend's master before its
 /// slots, which a walk then takes in turn; only the frontends are sorted
 /// into the order shown ([`FrontendOrder`]). At 100k Services a lookup per
@@ -355,11 +347,12 @@ mod tests {
     use super::*;
     use crate::maps::Snapshot;
 
+    /// [`read_services`] of `s`.
     fn views(s: Snapshot) -> Vec<ServiceView> {
         // Reversed: the maps hand entries out in hash order, not key order.
-        services(
-            s.services.into_iter().rev().collect(),
-            s.backends.into_iter().rev().collect(),
+        super::views(
+            &sort_entries(s.services.into_iter().rev().collect()),
+            &index_backends(s.backends.into_iter().rev().collect()),
         )
     }
 
