@@ -19,6 +19,7 @@ pub mod agent;
 pub mod api;
 pub mod bench;
 pub mod chart_node;
+pub mod client_stream;
 pub mod containerd;
 pub mod debian_rootfs;
 pub mod helm;

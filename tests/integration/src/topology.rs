@@ -167,9 +167,21 @@ impl Topology {
 
     /// Runs `weir-testclient` in the cgroup and returns its report.
     pub fn probe(&self, mode: &str, target: &str, count: u32) -> Result<Probe> {
+        self.probe_with(mode, target, count, &[])
+    }
+
+    /// [`Self::probe`] with more `weir-testclient` arguments.
+    pub fn probe_with(
+        &self,
+        mode: &str,
+        target: &str,
+        count: u32,
+        extra: &[&str],
+    ) -> Result<Probe> {
         let out = self
             .client(bin("weir-testclient"))
             .args([mode, "--target", target, "--count", &count.to_string()])
+            .args(extra)
             .output()?;
         Probe::parse(&out)
     }

@@ -30,7 +30,7 @@ struct Args {
     /// tuple in conntrack.
     #[arg(long, default_value_t = 0)]
     source_port: u16,
-    /// `udp-stream`: pause between two sends on the one socket.
+    /// `udp-stream`, `udp-one-socket`: pause between two sends on the one socket.
     #[arg(long, default_value_t = 100)]
     interval_ms: u64,
 }
@@ -40,6 +40,11 @@ enum Mode {
     Tcp,
     Udp,
     UdpConnected,
+    /// One unconnected UDP socket for the whole run, as a QUIC or DTLS
+    /// client keeps: every attempt a `sendto` to the target and a
+    /// `recvfrom`, whose source must be the target; one every
+    /// `--interval-ms` (0: back to back), each outcome also on stderr.
+    UdpOneSocket,
     /// One connected UDP socket for the whole run, as a DNS stub resolver
     /// keeps: a send every `--interval-ms`; after an error (a destroyed socket
     /// reports ECONNABORTED) it connects again, as such a client does. Each
@@ -60,7 +65,8 @@ struct Report {
     /// `udp-stream`: answers to earlier attempts, read (and dropped) after
     /// those attempts had timed out.
     late: u32,
-    /// `udp-stream`: every attempt in order, the backend's answer or the error.
+    /// `udp-stream`, `udp-one-socket`: every attempt in order, the
+    /// backend's answer or the error.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     sequence: Vec<String>,
 }
@@ -77,6 +83,19 @@ fn main() {
     }
     let start = Instant::now();
     let deadline = args.duration_ms.map(|ms| start + Duration::from_millis(ms));
+    let one_socket = match args.mode {
+        Mode::UdpOneSocket => match UdpSocket::bind(any_addr(args.target, args.source_port))
+            .and_then(|s| s.set_read_timeout(Some(TIMEOUT)).map(|()| s))
+        {
+            Ok(s) => Some(s),
+            Err(e) => {
+                *report.errors.entry(errno_name(&e)).or_default() += 1;
+                println!("{}", serde_json::to_string(&report).unwrap_or_default());
+                return;
+            }
+        },
+        _ => None,
+    };
     loop {
         match deadline {
             Some(d) if Instant::now() >= d => break,
@@ -91,19 +110,36 @@ fn main() {
             Mode::UdpConnected | Mode::UdpStream => {
                 udp(args.target, args.source_port, true, &args.payload)
             }
+            Mode::UdpOneSocket => {
+                let s = one_socket.as_ref().expect("bound above");
+                exchange(s, args.target, &args.payload)
+            }
         };
+        let streaming = one_socket.is_some();
         match res {
             Ok((name, peer)) => {
                 report.ok += 1;
-                *report.backends.entry(name).or_default() += 1;
                 if peer != args.target {
                     report.peer_mismatch += 1;
                 }
+                if streaming {
+                    eprintln!("{name}");
+                    report.sequence.push(name.clone());
+                }
+                *report.backends.entry(name).or_default() += 1;
             }
             Err(e) => {
-                *report.errors.entry(errno_name(&e)).or_default() += 1;
+                let err = errno_name(&e);
+                if streaming {
+                    eprintln!("error:{err}");
+                    report.sequence.push(format!("error:{err}"));
+                }
+                *report.errors.entry(err).or_default() += 1;
                 report.max_error_ms = report.max_error_ms.max(t.elapsed().as_millis() as u64);
             }
+        }
+        if streaming {
+            std::thread::sleep(Duration::from_millis(args.interval_ms).saturating_sub(t.elapsed()));
         }
     }
     println!("{}", serde_json::to_string(&report).unwrap_or_default());
@@ -212,6 +248,24 @@ fn udp(
         s.recv_from(&mut buf)?
     };
     Ok((String::from_utf8_lossy(&buf[..n]).trim().to_owned(), peer))
+}
+
+/// One datagram to `target` on an unconnected socket and its answer, with
+/// the answer's source. Answers to earlier, timed-out attempts are skipped
+/// by their payload: each attempt sends its own number.
+fn exchange(s: &UdpSocket, target: SocketAddr, payload: &str) -> io::Result<(String, SocketAddr)> {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static SEQ: AtomicU32 = AtomicU32::new(0);
+    let tag = format!(" #{}", SEQ.fetch_add(1, Ordering::Relaxed));
+    s.send_to(format!("{payload}{tag}").as_bytes(), target)?;
+    let mut buf = [0u8; 512];
+    loop {
+        let (n, from) = s.recv_from(&mut buf)?;
+        let answer = String::from_utf8_lossy(&buf[..n]).trim().to_owned();
+        if let Some(name) = answer.strip_suffix(&tag) {
+            return Ok((name.to_owned(), from));
+        }
+    }
 }
 
 fn errno_name(e: &io::Error) -> String {

@@ -1,15 +1,13 @@
 //! Helpers shared by the packet-datapath tests.
 use std::{
-    io::{BufRead as _, BufReader, Read as _},
     path::Path,
-    process::Stdio,
-    sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
 use anyhow::{Context as _, Result, bail, ensure};
 use weir_integration::{
     bin,
+    client_stream::ClientStream,
     packet_topology::{
         NODE_EXT4, NODE_EXT6, Ns, PacketAgent, PacketTopology, Pod,
         clients::{Curl, CurlOpts, Probe, target},
@@ -17,7 +15,6 @@ use weir_integration::{
             DNS_PORT, ECHO_PORT, Ep, HTTP_PORT, READY, Svc, service_per_family, service_with,
         },
     },
-    topology::ChildGuard,
 };
 
 /// How long a change may take to reach the maps, or a path to start
@@ -291,11 +288,7 @@ pub fn wait_backends(
 
 /// A `weir-testclient udp-stream` (one connected UDP socket, a send every
 /// 100 ms) whose outcomes are collected as they happen.
-pub struct UdpStream {
-    child: ChildGuard,
-    seen: Arc<Mutex<Vec<String>>>,
-    reader: std::thread::JoinHandle<()>,
-}
+pub struct UdpStream(ClientStream);
 
 impl UdpStream {
     /// Starts it in `ns`, inside the agent's cgroup if `cgroup`, from source
@@ -308,12 +301,12 @@ impl UdpStream {
         ms: u64,
         source_port: u16,
     ) -> Result<Self> {
-        let mut child = if cgroup {
+        let mut cmd = if cgroup {
             topo.cgroup_command(ns, bin("weir-testclient"))
         } else {
             topo.command(ns, bin("weir-testclient"))
-        }
-        .args([
+        };
+        cmd.args([
             "udp-stream",
             "--target",
             target,
@@ -322,50 +315,22 @@ impl UdpStream {
             "--source-port",
             &source_port.to_string(),
         ])
-        .args(["--interval-ms", "100"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()?;
-        let err = child.stderr.take().context("stderr")?;
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let sink = seen.clone();
-        let reader = std::thread::spawn(move || {
-            for line in BufReader::new(err).lines().map_while(Result::ok) {
-                sink.lock().expect("not poisoned").push(line);
-            }
-        });
-        Ok(Self {
-            child: ChildGuard(child),
-            seen,
-            reader,
-        })
+        .args(["--interval-ms", "100"]);
+        ClientStream::spawn(cmd).map(Self)
     }
 
     /// Every outcome so far: a backend's name or `error:<what>`.
     pub fn seen(&self) -> Vec<String> {
-        self.seen.lock().expect("not poisoned").clone()
+        self.0.seen()
     }
 
     /// The backend the stream's socket is on: its latest answer, once it has one.
     pub fn backend(&self) -> Result<String> {
-        poll(SETTLE, "a first answer", || {
-            let s = self.seen();
-            Ok(s.iter()
-                .rev()
-                .find(|l| !l.starts_with("error:"))
-                .cloned()
-                .ok_or(s))
-        })
+        self.0.backend(SETTLE)
     }
 
-    pub fn finish(mut self) -> Result<Probe> {
-        let mut out = String::new();
-        if let Some(mut o) = self.child.0.stdout.take() {
-            o.read_to_string(&mut out)?;
-        }
-        self.child.0.wait()?;
-        let _ = self.reader.join();
-        serde_json::from_str(out.trim()).with_context(|| format!("udp-stream printed {out:?}"))
+    pub fn finish(self) -> Result<Probe> {
+        self.0.finish()
     }
 }
 
