@@ -15,10 +15,10 @@ use crate::hash::{HashMap, HashSet};
 use crate::{
     healthcheck::HealthChecks,
     maps::LbMaps,
-    model::{Protocol, ServiceId},
+    model::{Protocol, Scope, ServiceId},
     reconciler::{ReconcileError, Reconciler},
     report::{Reason, Report, Reports, Stage},
-    sockdestroy::SocketReaper,
+    sockdestroy::{SocketReaper, UdpPair},
     source::SourceMsg,
     store::{DesiredService, Rejected, Store, StoreError},
     telemetry::{
@@ -90,14 +90,13 @@ pub struct Controller<M> {
     refused: HashMap<ServiceId, String>,
     /// Services with a healthCheckNodePort listener.
     health_checked: HashSet<ServiceId>,
-    /// UDP backends each Service's frontends had after its last successful
-    /// sync: the ones a sync drops have sockets to destroy.
-    udp_backends: HashMap<ServiceId, BTreeSet<SocketAddr>>,
-    /// How many Services' sets in `udp_backends` hold each backend. A
-    /// backend is gone only when no Service uses it any more (two Services
-    /// over the CoreDNS pods share them), and the count keeps that check
-    /// proportional to the Service being synced.
-    udp_refs: HashMap<SocketAddr, usize>,
+    /// The UDP (frontend, backend) pairs each Service served after its last
+    /// successful sync: the pairs a sync drops have sockets to destroy.
+    udp_pairs: HashMap<ServiceId, BTreeSet<UdpPair>>,
+    /// How many Services' sets in `udp_pairs` hold each pair: a frontend
+    /// that moves from a deleted Service to a new one in one batch keeps
+    /// its sockets to the backends both have.
+    udp_refs: HashMap<UdpPair, usize>,
     hooks: Hooks,
 }
 
@@ -118,7 +117,7 @@ impl<M: LbMaps> Controller<M> {
             rejected: HashMap::default(),
             refused: HashMap::default(),
             health_checked: HashSet::default(),
-            udp_backends: HashMap::default(),
+            udp_pairs: HashMap::default(),
             udp_refs: HashMap::default(),
             hooks,
         };
@@ -474,35 +473,45 @@ impl<M: LbMaps> Controller<M> {
             self.hooks.health_checks.remove(id);
         }
 
-        let gone = self.udp_backends_gone(id, desired);
+        let gone = self.udp_pairs_gone(id, desired);
         if !gone.is_empty() {
-            debug!(service = %id, backends = gone.len(), "UDP backends removed");
+            debug!(service = %id, pairs = gone.len(), "UDP backends removed");
             self.hooks.sockets.backends_removed(gone);
         }
     }
 
-    /// Records the UDP backends `desired` serves from (active or terminating;
-    /// draining ones do not count) and returns the ones the Service used
-    /// before that no frontend of any Service serves from now. A
-    /// backend that only left some frontends (say the node ports of an
-    /// eTP=Local Service), or that another Service still uses, still serves
-    /// the sockets connected through them.
-    fn udp_backends_gone(&mut self, id: &ServiceId, desired: &DesiredService) -> Vec<SocketAddr> {
-        let now: BTreeSet<SocketAddr> = desired
+    /// Records the UDP (frontend, backend) pairs `desired` serves (active or
+    /// terminating backends; draining ones do not count) and returns the
+    /// ones the Service served before and does not now. Sockets are reaped
+    /// per frontend, as kube-proxy clears conntrack per (ClusterIP,
+    /// endpoint): a backend that Service B still lists does not keep Service
+    /// A's sockets on it once A dropped it. Only the scope the socket hooks
+    /// read counts: an eTP=Local node port that loses a remote backend from
+    /// its external view still serves in-cluster sockets with it.
+    fn udp_pairs_gone(&mut self, id: &ServiceId, desired: &DesiredService) -> Vec<UdpPair> {
+        let now: BTreeSet<UdpPair> = desired
             .frontends
             .iter()
-            .filter(|d| d.frontend.proto == Protocol::Udp)
-            .flat_map(|d| d.backends.iter())
-            // A draining backend is gone for UDP sockets: the socket hooks
-            // pin new ones only to serving backends, and a connected socket
-            // to a pod that stopped serving should move on.
-            .filter(|b| b.state.serves())
-            .map(|b| SocketAddr::new(b.addr, b.port))
+            .filter(|d| d.frontend.proto == Protocol::Udp && d.frontend.scope == Scope::All)
+            .flat_map(|d| {
+                let frontend = SocketAddr::new(d.frontend.addr, d.frontend.port);
+                d.backends
+                    .iter()
+                    // A draining backend is gone for UDP sockets: the socket
+                    // hooks pin new ones only to serving backends, and a
+                    // connected socket to a pod that stopped serving should
+                    // move on.
+                    .filter(|b| b.state.serves())
+                    .map(move |b| UdpPair {
+                        frontend,
+                        backend: SocketAddr::new(b.addr, b.port),
+                    })
+            })
             .collect();
         let before = if now.is_empty() {
-            self.udp_backends.remove(id)
+            self.udp_pairs.remove(id)
         } else {
-            self.udp_backends.insert(id.clone(), now.clone())
+            self.udp_pairs.insert(id.clone(), now.clone())
         }
         .unwrap_or_default();
         for added in now.difference(&before) {

@@ -11,9 +11,13 @@
 //!
 //! Only sockets the socket hooks translated are touched: a socket qualifies
 //! when `WEIR_REVSOCK` holds `(its cookie, backend address, backend port)`,
-//! which the connect/sendmsg hooks wrote when they sent it to that backend.
-//! A socket an application connected to a pod address on its own is none of
-//! Weir's business, even if that pod was once a backend.
+//! which the connect/sendmsg hooks wrote when they sent it to that backend,
+//! and names as its frontend the one that dropped the backend. Reaping is per
+//! (frontend, backend), as kube-proxy clears conntrack per (ClusterIP,
+//! endpoint): another Service that still lists the backend keeps its own
+//! sockets, not this one's. A socket an application connected to a pod
+//! address on its own is none of Weir's business, even if that pod was once
+//! a backend.
 //!
 //! Sockets live in every pod's network namespace, so a dedicated thread enters
 //! each namespace it can see (`<proc-root>/*/ns/net`, deduplicated by inode,
@@ -70,6 +74,13 @@ pub fn revsock_key(cookie: u64, backend: SocketAddr) -> RevSockKey {
     }
 }
 
+/// A UDP frontend (as clients address it) and a backend it served.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct UdpPair {
+    pub frontend: SocketAddr,
+    pub backend: SocketAddr,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ReapError {
     #[error(transparent)]
@@ -88,13 +99,13 @@ pub enum ReapError {
     },
 }
 
-/// Hands removed UDP backends to the reaper thread.
+/// Hands (frontend, backend) pairs that ended to the reaper thread.
 ///
 /// [`SocketReaper::default`] is inert, which is what unit tests of the
 /// controller want.
 #[derive(Debug, Default)]
 pub struct SocketReaper {
-    tx: Option<mpsc::Sender<Vec<SocketAddr>>>,
+    tx: Option<mpsc::Sender<Vec<UdpPair>>>,
 }
 
 impl SocketReaper {
@@ -120,8 +131,8 @@ impl SocketReaper {
         }
     }
 
-    /// UDP backends a sync just removed; never blocks.
-    pub fn backends_removed(&self, gone: Vec<SocketAddr>) {
+    /// UDP backends a sync just took from these frontends; never blocks.
+    pub fn backends_removed(&self, gone: Vec<UdpPair>) {
         if gone.is_empty() {
             return;
         }
@@ -133,7 +144,7 @@ impl SocketReaper {
     }
 }
 
-fn run(rx: &mpsc::Receiver<Vec<SocketAddr>>, revsock: &RevSock, proc_root: &Path) {
+fn run(rx: &mpsc::Receiver<Vec<UdpPair>>, revsock: &RevSock, proc_root: &Path) {
     // Opened once: after every walk the thread must get back exactly here.
     let own = match File::open("/proc/thread-self/ns/net") {
         Ok(f) => f,
@@ -144,8 +155,13 @@ fn run(rx: &mpsc::Receiver<Vec<SocketAddr>>, revsock: &RevSock, proc_root: &Path
             return;
         }
     };
+    // The frontend the hooks sent this socket through to `backend`, as the
+    // client addressed it.
     let translated = |s: &DiagSocket, backend: SocketAddr| {
-        revsock.get(&revsock_key(s.cookie(), backend), 0).is_ok()
+        revsock
+            .get(&revsock_key(s.cookie(), backend), 0)
+            .ok()
+            .map(|v| canonical(SocketAddr::new(IpAddr::from(v.addr), u16::from_be(v.port))))
     };
     while let Ok(mut gone) = rx.recv() {
         // Syncs come in bursts; one walk over the namespaces serves them all.
@@ -163,9 +179,9 @@ fn run(rx: &mpsc::Receiver<Vec<SocketAddr>>, revsock: &RevSock, proc_root: &Path
             );
             return;
         }
-        for addr in &gone {
-            let n = counts.get(addr).copied().unwrap_or(0);
-            info!(backend = %addr, sockets = n, "destroyed connected UDP sockets of a removed backend");
+        for p in &gone {
+            let n = counts.get(p).copied().unwrap_or(0);
+            info!(frontend = %p.frontend, backend = %p.backend, sockets = n, "destroyed connected UDP sockets of a removed backend");
         }
     }
 }
@@ -176,21 +192,26 @@ fn run(rx: &mpsc::Receiver<Vec<SocketAddr>>, revsock: &RevSock, proc_root: &Path
 /// many it destroyed. For integration tests and tools; the agent itself goes
 /// through [`SocketReaper`], which also asks `WEIR_REVSOCK`.
 pub fn destroy_udp_sockets_to(addr: SocketAddr) -> Result<usize, ReapError> {
-    let counts = reap_here(&[addr], &|_: &DiagSocket, _| true)?;
+    let any = UdpPair {
+        frontend: addr,
+        backend: addr,
+    };
+    let counts = reap_here(&[any], &|_: &DiagSocket, _| Some(canonical(addr)))?;
     Ok(counts.values().sum())
 }
 
-/// Whether the socket hooks sent this socket to this (removed) backend.
-type Translated<'a> = dyn Fn(&DiagSocket, SocketAddr) -> bool + 'a;
+/// The frontend through which the socket hooks sent this socket to this
+/// backend, in [`canonical`] form; `None` if they did not.
+type Translated<'a> = dyn Fn(&DiagSocket, SocketAddr) -> Option<SocketAddr> + 'a;
 
 /// Every namespace, one after the other; a namespace that fails is logged and
 /// skipped. Counts per removed backend. Leaves the thread in whatever
 /// namespace it visited last: the caller returns it home.
 fn reap_everywhere(
-    gone: &[SocketAddr],
+    gone: &[UdpPair],
     proc_root: &Path,
     translated: &Translated<'_>,
-) -> BTreeMap<SocketAddr, usize> {
+) -> BTreeMap<UdpPair, usize> {
     let mut counts = BTreeMap::new();
     let mut failed = 0usize;
     for path in namespaces(proc_root) {
@@ -221,9 +242,9 @@ fn reap_everywhere(
 /// Enters `netns` (this thread only) and reaps there.
 fn reap_in(
     netns: &Path,
-    gone: &[SocketAddr],
+    gone: &[UdpPair],
     translated: &Translated<'_>,
-) -> Result<BTreeMap<SocketAddr, usize>, ReapError> {
+) -> Result<BTreeMap<UdpPair, usize>, ReapError> {
     let f = File::open(netns).map_err(|source| ReapError::OpenNetns {
         path: netns.to_path_buf(),
         source,
@@ -240,44 +261,53 @@ fn reap_in(
 
 /// Reaps in the thread's current namespace.
 fn reap_here(
-    gone: &[SocketAddr],
+    gone: &[UdpPair],
     translated: &Translated<'_>,
-) -> Result<BTreeMap<SocketAddr, usize>, ReapError> {
+) -> Result<BTreeMap<UdpPair, usize>, ReapError> {
     let mut counts = BTreeMap::new();
-    let has_v4 = gone.iter().any(SocketAddr::is_ipv4);
+    let has_v4 = gone.iter().any(|p| p.backend.is_ipv4());
     let mut diag = Diag::open()?;
     let mut families = vec![libc::AF_INET6 as u8];
     if has_v4 {
         families.push(libc::AF_INET as u8);
     }
     for family in families {
-        let victims: Vec<(SocketAddr, DiagSocket)> = diag
+        let victims: Vec<(UdpPair, DiagSocket)> = diag
             .connected_udp(family)?
             .into_iter()
-            .filter_map(|s| matches(gone, s.peer()).map(|g| (g, s)))
-            .filter(|(g, s)| translated(s, *g))
+            .filter_map(|s| {
+                let frontend = translated(&s, s.peer())?;
+                matches(gone, frontend, s.peer()).map(|p| (p, s))
+            })
             .collect();
-        for (addr, sock) in victims {
+        for (pair, sock) in victims {
             if diag.destroy(&sock)? {
-                *counts.entry(addr).or_insert(0) += 1;
+                *counts.entry(pair).or_insert(0) += 1;
             }
         }
     }
     Ok(counts)
 }
 
-/// The removed backend `peer` is, if any: an IPv6 socket reports an IPv4 peer
-/// as `::ffff:a.b.c.d`.
-fn matches(gone: &[SocketAddr], peer: SocketAddr) -> Option<SocketAddr> {
-    let canon = |a: SocketAddr| match a.ip() {
+/// The ended pair a socket sent through `frontend` to `peer` belongs to, if
+/// any.
+fn matches(gone: &[UdpPair], frontend: SocketAddr, peer: SocketAddr) -> Option<UdpPair> {
+    let (frontend, peer) = (canonical(frontend), canonical(peer));
+    gone.iter()
+        .copied()
+        .find(|g| canonical(g.backend) == peer && canonical(g.frontend) == frontend)
+}
+
+/// An IPv6 socket reports an IPv4 peer as `::ffff:a.b.c.d`; this is the
+/// IPv4 form of such an address, and any other address unchanged.
+fn canonical(a: SocketAddr) -> SocketAddr {
+    match a.ip() {
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
             Some(v4) => SocketAddr::new(IpAddr::V4(v4), a.port()),
             None => a,
         },
         IpAddr::V4(_) => a,
-    };
-    let peer = canon(peer);
-    gone.iter().copied().find(|g| canon(*g) == peer)
+    }
 }
 
 /// Paths of every network namespace visible here, one per namespace: the
@@ -316,26 +346,39 @@ fn namespaces(proc_root: &Path) -> Vec<PathBuf> {
 mod tests {
     use super::*;
 
+    fn sa(s: &str) -> SocketAddr {
+        s.parse().unwrap()
+    }
+
     #[test]
-    fn v4_backend_matches_mapped_peer() {
-        let gone: Vec<SocketAddr> = vec![
-            "10.0.0.9:53".parse().unwrap(),
-            "[fd00::9]:53".parse().unwrap(),
+    fn a_socket_matches_by_frontend_and_backend_in_either_form() {
+        let gone = [
+            UdpPair {
+                frontend: sa("10.96.0.10:53"),
+                backend: sa("10.0.0.9:53"),
+            },
+            UdpPair {
+                frontend: sa("[fd00:96::10]:53"),
+                backend: sa("[fd00::9]:53"),
+            },
         ];
+        let vip = sa("10.96.0.10:53");
         assert_eq!(
-            matches(&gone, "[::ffff:10.0.0.9]:53".parse().unwrap()),
+            matches(&gone, vip, sa("[::ffff:10.0.0.9]:53")),
             Some(gone[0])
         );
         assert_eq!(
-            matches(&gone, "10.0.0.9:53".parse().unwrap()),
+            matches(&gone, sa("[::ffff:10.96.0.10]:53"), sa("10.0.0.9:53")),
             Some(gone[0])
         );
         assert_eq!(
-            matches(&gone, "[fd00::9]:53".parse().unwrap()),
+            matches(&gone, sa("[fd00:96::10]:53"), sa("[fd00::9]:53")),
             Some(gone[1])
         );
-        assert_eq!(matches(&gone, "10.0.0.9:54".parse().unwrap()), None);
-        assert_eq!(matches(&gone, "[fd00::10]:53".parse().unwrap()), None);
+        assert_eq!(matches(&gone, vip, sa("10.0.0.9:54")), None);
+        assert_eq!(matches(&gone, vip, sa("[fd00::10]:53")), None);
+        // The same backend reached through a Service that still has it.
+        assert_eq!(matches(&gone, sa("10.96.0.11:53"), sa("10.0.0.9:53")), None);
     }
 
     #[test]
@@ -371,6 +414,9 @@ mod tests {
 
     #[test]
     fn inert_reaper_ignores_everything() {
-        SocketReaper::default().backends_removed(vec!["10.0.0.1:53".parse().unwrap()]);
+        SocketReaper::default().backends_removed(vec![UdpPair {
+            frontend: sa("10.96.0.10:53"),
+            backend: sa("10.0.0.1:53"),
+        }]);
     }
 }

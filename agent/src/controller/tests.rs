@@ -137,8 +137,13 @@ fn node_port_handed_to_the_older_service_in_one_batch_needs_no_retry() {
 }
 
 fn udp(backends: &[(u8, BackendState)]) -> DesiredService {
+    udp_at(53, backends)
+}
+
+/// A UDP Service on ClusterIP `10.96.0.<vip>:53` over `10.0.0.<h>:5353`.
+fn udp_at(vip: u8, backends: &[(u8, BackendState)]) -> DesiredService {
     let fe = Frontend {
-        addr: IpAddr::from([10, 96, 0, 53]),
+        addr: IpAddr::from([10, 96, 0, vip]),
         port: 53,
         proto: Protocol::Udp,
         scope: crate::model::Scope::All,
@@ -157,64 +162,93 @@ fn udp(backends: &[(u8, BackendState)]) -> DesiredService {
     }
 }
 
+/// The pair of frontend `10.96.0.<vip>:53` and backend `10.0.0.<h>:5353`.
+fn pair(vip: u8, h: u8) -> UdpPair {
+    UdpPair {
+        frontend: SocketAddr::from(([10, 96, 0, vip], 53)),
+        backend: SocketAddr::from(([10, 0, 0, h], 5353)),
+    }
+}
+
 #[test]
-fn udp_backends_gone_are_the_ones_no_frontend_keeps() {
+fn udp_pairs_gone_are_the_backends_a_frontend_no_longer_serves() {
     use BackendState::{Active, Draining, Terminating};
     let mut ctl = controller(Reports::none());
     let id = ServiceId::new("kube-system", "dns");
     assert!(
-        ctl.udp_backends_gone(&id, &udp(&[(1, Active), (2, Active)]))
+        ctl.udp_pairs_gone(&id, &udp(&[(1, Active), (2, Active)]))
             .is_empty()
     );
     // Terminating but serving still gets traffic: not gone.
     assert!(
-        ctl.udp_backends_gone(&id, &udp(&[(1, Active), (2, Terminating)]))
+        ctl.udp_pairs_gone(&id, &udp(&[(1, Active), (2, Terminating)]))
             .is_empty()
     );
     // Draining (serving: false, terminating: true): still in the maps for
     // tracked flows, but gone for connected UDP sockets.
     assert_eq!(
-        ctl.udp_backends_gone(&id, &udp(&[(1, Active), (2, Draining)])),
-        ["10.0.0.2:5353".parse::<SocketAddr>().unwrap()]
+        ctl.udp_pairs_gone(&id, &udp(&[(1, Active), (2, Draining)])),
+        [pair(53, 2)]
     );
     // Leaving the slice afterwards hands nothing over twice.
-    assert!(ctl.udp_backends_gone(&id, &udp(&[(1, Active)])).is_empty());
+    assert!(ctl.udp_pairs_gone(&id, &udp(&[(1, Active)])).is_empty());
     // Deleted or rejected: every backend goes.
     assert_eq!(
-        ctl.udp_backends_gone(&id, &DesiredService::default()),
-        ["10.0.0.1:5353".parse::<SocketAddr>().unwrap()]
+        ctl.udp_pairs_gone(&id, &DesiredService::default()),
+        [pair(53, 1)]
     );
-    assert!(ctl.udp_backends.is_empty());
+    assert!(ctl.udp_pairs.is_empty());
     assert!(ctl.udp_refs.is_empty());
 }
 
 #[test]
-fn udp_backend_still_used_by_another_service_is_not_gone() {
+fn a_backend_another_service_keeps_is_still_gone_for_the_service_that_dropped_it() {
     use BackendState::Active;
     let mut ctl = controller(Reports::none());
-    // Two Services over the same DNS pods.
+    // Two Services over the same DNS pods, on two ClusterIPs.
     let dns = ServiceId::new("kube-system", "kube-dns");
     let alt = ServiceId::new("kube-system", "dns-alt");
     assert!(
-        ctl.udp_backends_gone(&dns, &udp(&[(1, Active), (2, Active)]))
+        ctl.udp_pairs_gone(&dns, &udp_at(10, &[(1, Active), (2, Active)]))
             .is_empty()
     );
     assert!(
-        ctl.udp_backends_gone(&alt, &udp(&[(1, Active), (2, Active)]))
+        ctl.udp_pairs_gone(&alt, &udp_at(11, &[(1, Active), (2, Active)]))
             .is_empty()
     );
-    // One Service drops pod 2 (or is deleted): the other still uses it.
-    assert!(ctl.udp_backends_gone(&dns, &udp(&[(1, Active)])).is_empty());
-    // `alt` is deleted: pod 2 is used by nobody now, pod 1 still by `dns`.
+    // kube-dns drops pod 2: its sockets on pod 2 go, dns-alt's stay.
     assert_eq!(
-        ctl.udp_backends_gone(&alt, &DesiredService::default()),
-        ["10.0.0.2:5353".parse::<SocketAddr>().unwrap()]
+        ctl.udp_pairs_gone(&dns, &udp_at(10, &[(1, Active)])),
+        [pair(10, 2)]
     );
     assert_eq!(
-        ctl.udp_backends_gone(&dns, &DesiredService::default()),
-        ["10.0.0.1:5353".parse::<SocketAddr>().unwrap()]
+        ctl.udp_pairs_gone(&alt, &DesiredService::default()),
+        [pair(11, 1), pair(11, 2)]
+    );
+    assert_eq!(
+        ctl.udp_pairs_gone(&dns, &DesiredService::default()),
+        [pair(10, 1)]
     );
     assert!(ctl.udp_refs.is_empty());
+}
+
+#[test]
+fn a_frontend_handed_from_a_deleted_service_to_a_new_one_keeps_its_sockets() {
+    use BackendState::Active;
+    let mut ctl = controller(Reports::none());
+    let old = ServiceId::new("default", "old");
+    let new = ServiceId::new("default", "new");
+    assert!(
+        ctl.udp_pairs_gone(&old, &udp(&[(1, Active), (2, Active)]))
+            .is_empty()
+    );
+    // One batch: the new Service is programmed before the old one's
+    // deletion is; pod 1 serves the same ClusterIP throughout.
+    assert!(ctl.udp_pairs_gone(&new, &udp(&[(1, Active)])).is_empty());
+    assert_eq!(
+        ctl.udp_pairs_gone(&old, &DesiredService::default()),
+        [pair(53, 2)]
+    );
 }
 
 /// A controller over maps with room for `services` entries, whose health
