@@ -28,7 +28,7 @@ use std::{
 
 use aya::maps::{HashMap as BpfHashMap, Map, MapData, MapError};
 use tracing::{debug, info, warn};
-use weir_abi::{CtKey, CtValue};
+use weir_abi::{CtKey, CtValue, RevSockKey, RevSockValue};
 
 use crate::maps::batch::Batch;
 
@@ -36,7 +36,7 @@ use crate::inspect::stats::StatView;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CtGcError {
-    #[error("cannot open conntrack map {map}")]
+    #[error("cannot open map {map}")]
     Open {
         map: &'static str,
         #[source]
@@ -75,11 +75,16 @@ pub struct GcReport {
 /// first time), for the metrics.
 type StatsObserver = Box<dyn Fn(&StatView, u64) + Send>;
 
+/// Called after each sweep with the entries of the socket hooks'
+/// reverse-translation map and its capacity (its pressure metric).
+type RevSockObserver = Box<dyn Fn(usize, u32) + Send>;
+
 /// The two pinned conntrack tables.
 pub struct CtGc {
     tables: Vec<Table>,
     maps_dir: PathBuf,
     stats: Option<StatsObserver>,
+    revsock: Option<(Batch<RevSockKey, RevSockValue>, u32, RevSockObserver)>,
 }
 
 impl CtGc {
@@ -99,7 +104,22 @@ impl CtGc {
             tables,
             maps_dir: maps_dir.to_owned(),
             stats: None,
+            revsock: None,
         })
+    }
+
+    /// Also counts `WEIR_REVSOCK` after every sweep and hands the count and
+    /// the capacity to `observe`. The datapath removes a socket's entries
+    /// when it closes, so this is how many translated sockets are open; a
+    /// full map means the oldest lose their reverse translation. Without
+    /// the map (socket LB never loaded) nothing is counted.
+    pub fn with_revsock(mut self, observe: impl Fn(usize, u32) + Send + 'static) -> Self {
+        let map = weir_abi::MAP_REVSOCK;
+        match open_batch(&self.maps_dir, map) {
+            Ok((batch, capacity)) => self.revsock = Some((batch, capacity, Box::new(observe))),
+            Err(e) => warn!("cannot open {map}: {e}; its pressure is not reported"),
+        }
+        self
     }
 
     /// Also hands the datapath's packet counters to `observe` after every
@@ -186,6 +206,12 @@ impl CtGc {
                     if let Some(observe) = &self.stats {
                         observe_stats(&self.maps_dir, &mut last, observe);
                     }
+                    if let Some((batch, capacity, observe)) = &self.revsock {
+                        // A failed walk leaves the gauges at their last value.
+                        if let Ok(n) = batch.iter().try_fold(0usize, |n, e| e.map(|_| n + 1)) {
+                            observe(n, *capacity);
+                        }
+                    }
                     std::thread::sleep(interval);
                 }
             })
@@ -241,6 +267,25 @@ fn open_ct(dir: &Path, map: &'static str) -> Result<(LiveMap, Batch<CtKey, CtVal
         .map_err(|e| err(MapError::IoError(e)))?;
     let m = Map::from_map_data(data).map_err(err)?;
     Ok((BpfHashMap::try_from(m).map_err(err)?, Batch::new(fd)))
+}
+
+/// A batch reader of any pinned hash map with its capacity.
+fn open_batch<K: aya::Pod, V: aya::Pod>(
+    dir: &Path,
+    map: &'static str,
+) -> Result<(Batch<K, V>, u32), CtGcError> {
+    let err = |source| CtGcError::Open { map, source };
+    let data = MapData::from_pin(dir.join(map)).map_err(err)?;
+    let capacity = data.info().map_err(err)?.max_entries();
+    let fd = data
+        .fd()
+        .as_fd()
+        .try_clone_to_owned()
+        .map_err(|e| err(MapError::IoError(e)))?;
+    // Only to check the key and value sizes the batch relies on.
+    let m = Map::from_map_data(data).map_err(err)?;
+    BpfHashMap::<MapData, K, V>::try_from(m).map_err(err)?;
+    Ok((Batch::new(fd), capacity))
 }
 
 /// Every entry of one table. The batch walk goes bucket by bucket, so it

@@ -115,6 +115,14 @@ struct PacketArgs {
     /// are detached.
     #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
     socket_lb: bool,
+    /// Capacity of the socket hooks' reverse-translation map: open sockets
+    /// (and unconnected UDP socket × backend pairs) whose peer they
+    /// translated. Closed sockets leave it at once. When more are open, the
+    /// least recently used lose their entry, and those sockets then show
+    /// the backend, not the ClusterIP, as their peer; watch
+    /// weir_map_entries{map="WEIR_REVSOCK"} against weir_map_capacity.
+    #[arg(long, value_name = "N", default_value_t = weir_abi::DEFAULT_MAX_REVSOCK)]
+    max_revsock: u32,
     /// Devices for the per-packet TC program (external devices and pod
     /// veths): exact names, prefixes ending in '+' (`lxc+`, `cali+`) that
     /// match every interface starting so, or `auto`: every interface that
@@ -488,6 +496,7 @@ async fn run_async(args: RunArgs, node: String) -> Result<()> {
         max_services: args.max_services,
         max_backends: args.max_backends,
         ct_max: packet.ct_max,
+        max_revsock: packet.max_revsock,
         socket_lb: packet.socket_lb,
         devices: device_patterns,
         acceleration_devices: accel_patterns,
@@ -573,8 +582,9 @@ async fn run_async(args: RunArgs, node: String) -> Result<()> {
     // exist all the same (flows of an earlier run may still be there).
     match CtGc::open(&opts.pins.maps()) {
         Ok(gc) => {
-            let (m, ms) = (metrics.clone(), metrics.clone());
+            let (m, ms, mr) = (metrics.clone(), metrics.clone(), metrics.clone());
             gc.with_stats(move |s, n| ms.add_datapath_packets(s.program, s.reason, n))
+                .with_revsock(move |n, cap| mr.set_named_map_usage(weir_abi::MAP_REVSOCK, n, cap))
                 .spawn(packet.ct_gc_interval.into(), move |r| m.observe_gc(r))
                 .context("starting the conntrack collector")?;
         }

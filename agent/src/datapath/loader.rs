@@ -35,6 +35,9 @@ pub struct LoadOptions {
     pub max_backends: u32,
     /// Capacity of each conntrack map.
     pub ct_max: u32,
+    /// Capacity of the socket reverse-translation map: sockets open at once
+    /// whose peer the hooks translated.
+    pub max_revsock: u32,
     /// Attach the cgroup socket hooks (`--socket-lb`); when false, hooks a
     /// previous run pinned are detached.
     pub socket_lb: bool,
@@ -60,6 +63,7 @@ impl LoadOptions {
             max_services: weir_abi::DEFAULT_MAX_SERVICES,
             max_backends: weir_abi::DEFAULT_MAX_BACKENDS,
             ct_max: weir_abi::DEFAULT_MAX_CT,
+            max_revsock: weir_abi::DEFAULT_MAX_REVSOCK,
             socket_lb: true,
             devices: Vec::new(),
             acceleration_devices: Vec::new(),
@@ -180,7 +184,12 @@ impl Datapath {
             .map_max_entries(weir_abi::MAP_CT_UDP, opts.ct_max)
             .map_max_entries(weir_abi::MAP_AFFINITY, weir_abi::DEFAULT_MAX_AFFINITY)
             .map_max_entries(weir_abi::MAP_SRC_RANGES, weir_abi::DEFAULT_MAX_SRC_RANGES)
-            .map_max_entries(weir_abi::MAP_REVSOCK, weir_abi::DEFAULT_MAX_REVSOCK)
+            .map_max_entries(weir_abi::MAP_REVSOCK, opts.max_revsock)
+            // BTF map definitions carry no pinning; name the pin here.
+            .map_pin_path(
+                weir_abi::MAP_SOCK_PICKS,
+                pins.maps().join(weir_abi::MAP_SOCK_PICKS),
+            )
             .load(PROGRAMS)
             .map_err(LoadError::Load)?;
 
@@ -292,12 +301,12 @@ pub(super) fn fs_magic(path: &Path) -> Option<i64> {
 
 /// Key size, value size and requested capacity (where a flag sets it) of
 /// every map, as this build's ABI lays them out.
-fn expected_layouts(opts: &LoadOptions) -> [(&'static str, usize, usize, Option<u32>); 10] {
+fn expected_layouts(opts: &LoadOptions) -> [(&'static str, usize, usize, Option<u32>); 11] {
     use std::mem::size_of;
 
     use weir_abi::{
         AffinityKey, AffinityValue, Backend, Config, CtKey, CtValue, RevNat, RevSockKey,
-        RevSockValue, ServiceKey, ServiceValue, SrcRangeKey, StatValue,
+        RevSockValue, ServiceKey, ServiceValue, SockPicks, SrcRangeKey, StatValue,
     };
     [
         (
@@ -322,8 +331,10 @@ fn expected_layouts(opts: &LoadOptions) -> [(&'static str, usize, usize, Option<
             weir_abi::MAP_REVSOCK,
             size_of::<RevSockKey>(),
             size_of::<RevSockValue>(),
-            None,
+            Some(opts.max_revsock),
         ),
+        // Socket storage: keyed by a socket fd, sized by the sockets.
+        (weir_abi::MAP_SOCK_PICKS, 4, size_of::<SockPicks>(), None),
         (
             weir_abi::MAP_CT_TCP,
             size_of::<CtKey>(),
@@ -427,6 +438,7 @@ mod tests {
             weir_abi::MAP_BACKENDS,
             weir_abi::MAP_REVNAT,
             weir_abi::MAP_REVSOCK,
+            weir_abi::MAP_SOCK_PICKS,
             weir_abi::MAP_CT_TCP,
             weir_abi::MAP_CT_UDP,
             weir_abi::MAP_AFFINITY,

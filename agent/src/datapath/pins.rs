@@ -115,10 +115,12 @@ pub enum Hook {
     Sendmsg6,
     Recvmsg6,
     Getpeername6,
+    /// A `cgroup/sock_release` program, not a sock_addr one.
+    SockRelease,
 }
 
 impl Hook {
-    pub const ALL: [Self; 8] = [
+    pub const ALL: [Self; 9] = [
         Self::Connect4,
         Self::Sendmsg4,
         Self::Recvmsg4,
@@ -127,6 +129,7 @@ impl Hook {
         Self::Sendmsg6,
         Self::Recvmsg6,
         Self::Getpeername6,
+        Self::SockRelease,
     ];
 
     pub const fn pin_name(self) -> &'static str {
@@ -139,6 +142,7 @@ impl Hook {
             Self::Sendmsg6 => "sendmsg6",
             Self::Recvmsg6 => "recvmsg6",
             Self::Getpeername6 => "getpeername6",
+            Self::SockRelease => "sock_release",
         }
     }
 
@@ -153,6 +157,7 @@ impl Hook {
             Self::Sendmsg6 => "weir_sendmsg6",
             Self::Recvmsg6 => "weir_recvmsg6",
             Self::Getpeername6 => "weir_getpeername6",
+            Self::SockRelease => "weir_sock_release",
         }
     }
 
@@ -166,6 +171,7 @@ impl Hook {
             Self::Sendmsg6 => bpf_attach_type::BPF_CGROUP_UDP6_SENDMSG,
             Self::Recvmsg6 => bpf_attach_type::BPF_CGROUP_UDP6_RECVMSG,
             Self::Getpeername6 => bpf_attach_type::BPF_CGROUP_INET6_GETPEERNAME,
+            Self::SockRelease => bpf_attach_type::BPF_CGROUP_INET_SOCK_RELEASE,
         }
     }
 }

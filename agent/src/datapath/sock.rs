@@ -9,7 +9,7 @@ use std::{
 
 use aya::{
     Ebpf,
-    programs::{CgroupAttachMode, CgroupSockAddr, ProgramError, links::FdLink},
+    programs::{CgroupAttachMode, CgroupSock, CgroupSockAddr, ProgramError, links::FdLink},
 };
 use tracing::info;
 
@@ -31,7 +31,7 @@ pub(super) fn check_cgroup(cgroup_path: &Path) -> Result<(), LoadError> {
     }
 }
 
-/// Loads the eight socket programs and puts each on its hook of `cgroup`.
+/// Loads the socket programs and puts each on its hook of `cgroup`.
 pub(super) fn attach(ebpf: &mut Ebpf, pins: &Pins, cgroup_path: &Path) -> Result<(), LoadError> {
     check_cgroup(cgroup_path)?;
     let cgroup_err = |source| LoadError::Cgroup {
@@ -42,16 +42,60 @@ pub(super) fn attach(ebpf: &mut Ebpf, pins: &Pins, cgroup_path: &Path) -> Result
     let cgroup_id = links::cgroup_id(cgroup_path).map_err(cgroup_err)?;
     for hook in Hook::ALL {
         let name = hook.program();
-        let prog: &mut CgroupSockAddr = ebpf
+        let prog_err = |source| LoadError::Program { name, source };
+        let prog = ebpf
             .program_mut(name)
-            .ok_or(LoadError::MissingProgram { name })?
-            .try_into()
-            .map_err(|source| LoadError::Program { name, source })?;
-        prog.load()
-            .map_err(|source| LoadError::Program { name, source })?;
-        install(pins, hook, prog, &cgroup, cgroup_id)?;
+            .ok_or(LoadError::MissingProgram { name })?;
+        // The release hook is a cgroup sock program; the rest are sock_addr.
+        if hook == Hook::SockRelease {
+            let prog: &mut CgroupSock = prog.try_into().map_err(prog_err)?;
+            prog.load().map_err(prog_err)?;
+            install(pins, hook, prog, &cgroup, cgroup_id)?;
+        } else {
+            let prog: &mut CgroupSockAddr = prog.try_into().map_err(prog_err)?;
+            prog.load().map_err(prog_err)?;
+            install(pins, hook, prog, &cgroup, cgroup_id)?;
+        }
     }
     Ok(())
+}
+
+/// What `install` needs of the two cgroup program kinds, whose aya types
+/// share the shape but no trait.
+trait CgroupProgram {
+    fn prog_fd(&self) -> Result<OwnedFd, ProgramError>;
+    /// Attaches to `cgroup` and returns the link as an [`FdLink`].
+    fn attach_link(&mut self, cgroup: &File) -> Result<FdLink, ProgramError>;
+}
+
+fn dup(fd: &aya::programs::ProgramFd) -> Result<OwnedFd, ProgramError> {
+    fd.as_fd()
+        .try_clone_to_owned()
+        .map_err(ProgramError::IOError)
+}
+
+impl CgroupProgram for CgroupSockAddr {
+    fn prog_fd(&self) -> Result<OwnedFd, ProgramError> {
+        dup(self.fd()?)
+    }
+
+    fn attach_link(&mut self, cgroup: &File) -> Result<FdLink, ProgramError> {
+        let id = self.attach(cgroup, CgroupAttachMode::Single)?;
+        let link = self.take_link(id)?;
+        FdLink::try_from(link).map_err(|e| ProgramError::IOError(io::Error::other(e)))
+    }
+}
+
+impl CgroupProgram for CgroupSock {
+    fn prog_fd(&self) -> Result<OwnedFd, ProgramError> {
+        dup(self.fd()?)
+    }
+
+    fn attach_link(&mut self, cgroup: &File) -> Result<FdLink, ProgramError> {
+        let id = self.attach(cgroup, CgroupAttachMode::Single)?;
+        let link = self.take_link(id)?;
+        FdLink::try_from(link).map_err(|e| ProgramError::IOError(io::Error::other(e)))
+    }
 }
 
 /// `--socket-lb=false`: takes the hooks a previous run left pinned off their
@@ -82,7 +126,7 @@ pub(super) fn detach_pinned(pins: &Pins) -> Result<usize, LoadError> {
 fn install(
     pins: &Pins,
     hook: Hook,
-    prog: &mut CgroupSockAddr,
+    prog: &mut impl CgroupProgram,
     cgroup: &File,
     cgroup_id: u64,
 ) -> Result<(), LoadError> {
@@ -96,12 +140,7 @@ fn install(
         name: hook.program(),
         source,
     };
-    let prog_fd: OwnedFd = prog
-        .fd()
-        .map_err(prog_err)?
-        .as_fd()
-        .try_clone_to_owned()
-        .map_err(link_err)?;
+    let prog_fd = prog.prog_fd().map_err(prog_err)?;
 
     let old = match links::open_pinned(&path) {
         Ok(fd) => Some(fd),
@@ -120,11 +159,7 @@ fn install(
         }
     }
 
-    let id = prog
-        .attach(cgroup, CgroupAttachMode::Single)
-        .map_err(prog_err)?;
-    let link = prog.take_link(id).map_err(prog_err)?;
-    let link = FdLink::try_from(link).map_err(|e| link_err(io::Error::other(e)))?;
+    let link = prog.attach_link(cgroup).map_err(prog_err)?;
     let staging = pins.staging_link(hook);
     let _ = std::fs::remove_file(&staging);
     link.pin(&staging)

@@ -2,7 +2,7 @@
 //! plus a model of the socket hook's backend choice, for tests without a kernel.
 use std::{collections::BTreeMap, io};
 
-use weir_abi::{Backend, ServiceKey};
+use weir_abi::{Backend, ServiceKey, ServiceValue, pick};
 
 use super::{Capacity, LbMaps, MapError, MapName, MapOp, Snapshot};
 
@@ -37,35 +37,25 @@ impl FakeMaps {
 
     /// What `connect()` to `key`'s frontend would reach with random number
     /// `roll`: `Ok(None)` when the frontend is unknown (no translation),
-    /// `Err(Refused)` when the datapath refuses the connection.
+    /// `Err(Refused)` when the datapath refuses the connection. The pick is
+    /// the programs' own (`weir_abi::pick`), over this snapshot.
     pub fn connect(&self, key: ServiceKey, roll: u32) -> Result<Option<Backend>, Refused> {
-        let master_key = ServiceKey { slot: 0, ..key };
+        let mut master_key = ServiceKey { slot: 0, ..key };
         let Some(master) = self.state.services.get(&master_key) else {
             return Ok(None);
         };
-        let n = if master.count > 0 {
-            master.count
-        } else {
-            master.qcount
-        };
-        if n == 0 {
-            return Err(Refused);
-        }
-        let slot_key = ServiceKey {
-            slot: (roll % u32::from(n) + 1) as u16,
-            ..key
-        };
-        let slot = self.state.services.get(&slot_key).ok_or(Refused)?;
-        // As `pick_in`: a draining backend found in a slot is no pick.
-        self.state
-            .backends
-            .get(&slot.backend_id)
-            .filter(|b| {
-                b.rev_nat_id == master.rev_nat_id && b.state != weir_abi::BACKEND_STATE_DRAINING
-            })
-            .copied()
-            .map(Some)
-            .ok_or(Refused)
+        let pick = pick::pick_backend(&self.state, &mut master_key, master, roll).ok_or(Refused)?;
+        Ok(self.state.backends.get(&pick.backend_id).copied())
+    }
+}
+
+impl pick::LbMapsView for Snapshot {
+    fn service(&self, key: &ServiceKey) -> Option<ServiceValue> {
+        self.services.get(key).copied()
+    }
+
+    fn backend(&self, id: u32) -> Option<Backend> {
+        self.backends.get(&id).copied()
     }
 }
 

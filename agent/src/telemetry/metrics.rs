@@ -263,17 +263,29 @@ impl Metrics {
     }
 
     pub fn set_map_usage(&self, map: MapName, used: u64, capacity: u32) {
-        let l = MapLabel::of(map);
+        self.set_usage(&MapLabel::of(map), used, capacity);
+    }
+
+    /// [`Self::set_map_usage`] for a map the datapath writes, counted by a
+    /// walk (the conntrack collector's thread).
+    pub fn set_named_map_usage(&self, pin_name: &str, used: usize, capacity: u32) {
+        let l = MapLabel {
+            map: pin_name.to_owned(),
+        };
+        self.set_usage(&l, u64::try_from(used).unwrap_or(u64::MAX), capacity);
+    }
+
+    fn set_usage(&self, l: &MapLabel, used: u64, capacity: u32) {
         self.map_entries
-            .get_or_create(&l)
+            .get_or_create(l)
             .set(i64::try_from(used).unwrap_or(i64::MAX));
-        self.map_capacity.get_or_create(&l).set(i64::from(capacity));
+        self.map_capacity.get_or_create(l).set(i64::from(capacity));
         let pressure = if capacity == 0 {
             0.0
         } else {
             used as f64 / f64::from(capacity)
         };
-        self.map_pressure.get_or_create(&l).set(pressure);
+        self.map_pressure.get_or_create(l).set(pressure);
     }
 }
 

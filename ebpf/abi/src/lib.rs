@@ -26,6 +26,7 @@
 //! | [`MAP_SRC_RANGES`]    | LPM trie    | [`SrcRangeKey`]   | `u8` (1)          | agent      |
 //! | [`MAP_CONFIG`]        | array[1]    | `u32` 0           | [`Config`]        | agent      |
 //! | [`MAP_REVSOCK`]       | LRU hash    | [`RevSockKey`]    | [`RevSockValue`]  | datapath   |
+//! | [`MAP_SOCK_PICKS`]    | socket storage | the socket     | [`SockPicks`]     | datapath   |
 //! | [`MAP_CT_TCP`]        | LRU hash    | [`CtKey`]         | [`CtValue`]       | datapath; agent GC |
 //! | [`MAP_CT_UDP`]        | LRU hash    | [`CtKey`]         | [`CtValue`]       | datapath; agent GC |
 //! | [`MAP_AFFINITY`]      | LRU hash    | [`AffinityKey`]   | [`AffinityValue`] | datapath   |
@@ -43,6 +44,8 @@
 //! lookup as any other frontend.
 #![no_std]
 
+pub mod pick;
+
 /// Pin name of the services map.
 pub const MAP_SERVICES: &str = "WEIR_SVC";
 /// Pin name of the backends map.
@@ -51,6 +54,8 @@ pub const MAP_BACKENDS: &str = "WEIR_BACKEND";
 pub const MAP_REVNAT: &str = "WEIR_REVNAT";
 /// Pin name of the socket reverse-translation map.
 pub const MAP_REVSOCK: &str = "WEIR_REVSOCK";
+/// Pin name of the per-socket backend memory of unconnected UDP sockets.
+pub const MAP_SOCK_PICKS: &str = "WEIR_SOCK_PICK";
 /// Pin name of the TCP connection-tracking map.
 pub const MAP_CT_TCP: &str = "WEIR_CT_TCP";
 /// Pin name of the UDP (and SCTP) connection-tracking map.
@@ -69,7 +74,9 @@ pub const MAP_STATS: &str = "WEIR_STATS";
 pub const DEFAULT_MAX_SERVICES: u32 = 65_536;
 /// Default capacity of the backends map, as Calico's eBPF backend map.
 pub const DEFAULT_MAX_BACKENDS: u32 = 262_144;
-/// Capacity of the LRU map that remembers which frontend each socket connected to.
+/// Default capacity of the LRU map that remembers which frontend each socket
+/// was sent to (`--max-revsock`). Entries live as long as their socket, so
+/// this bounds concurrently open translated sockets, not connections made.
 pub const DEFAULT_MAX_REVSOCK: u32 = 262_144;
 /// Default capacity of each conntrack map (Cilium's `bpf-ct-global-tcp-max`
 /// default is 512Ki; each flow takes two entries, forward and reply).
@@ -285,6 +292,41 @@ pub struct RevSockValue {
     /// while the rev-NAT map still maps this id to the same frontend, so a deleted
     /// and recreated Service never borrows a stale translation.
     pub rev_nat_id: u32,
+}
+
+/// Frontends one unconnected UDP socket keeps a backend for (see [`SockPicks`]).
+pub const SOCK_PICKS: usize = 4;
+
+/// The backend an unconnected UDP socket was sent to for one frontend.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SockPick {
+    /// Rev-NAT id of the frontend, host order; 0: unused entry.
+    pub rev_nat_id: u32,
+    /// Backend id chosen, host order.
+    pub backend_id: u32,
+    /// Backend address, network order: what the id named when it was chosen,
+    /// so an id freed and reused for another address is not followed, and
+    /// the key of the socket's [`MAP_REVSOCK`] entry when it is released.
+    pub addr: Addr,
+    /// Backend port, network order.
+    pub port: u16,
+    /// Always zero.
+    pub _pad: [u8; 2],
+}
+
+/// Value of [`MAP_SOCK_PICKS`], socket-local storage the kernel frees with
+/// the socket: the backends an unconnected UDP socket keeps, per frontend,
+/// so that every datagram of a QUIC, DTLS or SIP client reaches the backend
+/// that holds its state (kube-proxy gets this from conntrack). A socket
+/// sending to more frontends than [`SOCK_PICKS`] replaces its entries in
+/// turn, and the frontends it replaced pick afresh on their next datagram.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SockPicks {
+    pub picks: [SockPick; SOCK_PICKS],
+    /// The entry to replace next when none is free or matches, `< SOCK_PICKS`.
+    pub next: u32,
 }
 
 /// [`CtKey::dir`]: the entry of the client → frontend tuple as it arrived.
@@ -596,6 +638,7 @@ mod pod {
     unsafe impl aya::Pod for super::RevNat {}
     unsafe impl aya::Pod for super::RevSockKey {}
     unsafe impl aya::Pod for super::RevSockValue {}
+    unsafe impl aya::Pod for super::SockPicks {}
     unsafe impl aya::Pod for super::CtKey {}
     unsafe impl aya::Pod for super::CtValue {}
     unsafe impl aya::Pod for super::AffinityKey {}
@@ -622,6 +665,7 @@ mod tests {
         assert_eq!(size_of::<RevNat>(), 20);
         assert_eq!(size_of::<RevSockKey>(), 32);
         assert_eq!(size_of::<RevSockValue>(), 24);
+        assert_eq!(size_of::<SockPicks>(), 116);
         assert_eq!(size_of::<CtKey>(), 40);
         assert_eq!(size_of::<CtValue>(), 72);
         assert_eq!(size_of::<AffinityKey>(), 32);

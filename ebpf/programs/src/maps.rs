@@ -5,14 +5,15 @@
 //! (and the conntrack collector) finds the same maps and their state.
 use aya_ebpf::{
     bindings::{BPF_F_NO_PREALLOC, bpf_fib_lookup},
-    macros::map,
+    btf_maps::SkStorage,
+    macros::{btf_map, map},
     maps::{Array, HashMap, LpmTrie, LruHashMap, PerCpuArray},
 };
 use weir_abi::{
     AffinityKey, AffinityValue, Backend, Config, CtKey, CtValue, DEFAULT_MAX_AFFINITY,
     DEFAULT_MAX_BACKENDS, DEFAULT_MAX_CT, DEFAULT_MAX_REVSOCK, DEFAULT_MAX_SERVICES,
     DEFAULT_MAX_SRC_RANGES, RevNat, RevSockKey, RevSockValue, STAT_ENTRIES, ServiceKey,
-    ServiceValue, SrcRangeKey, StatValue,
+    ServiceValue, SockPicks, SrcRangeKey, StatValue,
 };
 
 // Preallocated: the agent's first sync writes about a million entries into
@@ -42,10 +43,21 @@ pub static SRC_RANGES: LpmTrie<SrcRangeKey, u8> = LpmTrie::pinned(DEFAULT_MAX_SR
 #[map(name = "WEIR_CONFIG")]
 pub static CONFIG: Array<Config> = Array::pinned(1, 0);
 
-// LRU: an entry per connected socket, written by the datapath; old sockets age out.
+// LRU: an entry per (socket, backend) the socket hooks translated. The
+// release hook removes a socket's entries when it closes, so the table holds
+// open sockets; the LRU only decides who loses when more are open than fit.
 #[map(name = "WEIR_REVSOCK")]
 pub static REVSOCK: LruHashMap<RevSockKey, RevSockValue> =
     LruHashMap::pinned(DEFAULT_MAX_REVSOCK, 0);
+
+// Socket storage: the kernel allocates a value on a socket's first unconnected
+// UDP send to a Service and frees it with the socket, so it needs no size and
+// no collector. A BTF map because the kernel refuses to create socket storage
+// without BTF key and value types. The loader pins it by path (BTF map
+// definitions carry no pinning), so sockets keep their backends across an
+// agent restart.
+#[btf_map(name = "WEIR_SOCK_PICK")]
+pub static SOCK_PICKS: SkStorage<SockPicks> = SkStorage::new();
 
 // LRU so that a full table evicts the oldest flows instead of refusing new ones;
 // the agent's collector removes expired pairs long before that in normal use.

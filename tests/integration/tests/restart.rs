@@ -157,8 +157,9 @@ fn a_restart_rewrites_only_what_changed_while_the_agent_was_down() -> Result<()>
     let out = cleanup(&topo)?;
     assert_eq!(
         String::from_utf8_lossy(&out.stdout).trim(),
-        // Eight socket hooks (v4 and v6) and ten maps plus those links.
-        "detached 8 links, removed 18 pins"
+        // Nine socket hooks (v4 and v6, and sock_release) and eleven maps
+        // plus those links.
+        "detached 9 links, removed 20 pins"
     );
     assert!(!topo.pin_dir().exists(), "pins left behind");
     assert_eq!(

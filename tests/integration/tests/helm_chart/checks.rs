@@ -43,6 +43,7 @@ pub(crate) fn default_args() -> Vec<String> {
         "--bpffs=/sys/fs/bpf/weir",
         "--max-services=65536",
         "--max-backends=262144",
+        "--max-revsock=262144",
         "--metrics-addr=127.0.0.1:10249",
         "--healthz-addr=0.0.0.0:10256",
         "--socket-lb=true",

@@ -230,13 +230,14 @@ nodeSelector:
         "--values",
         file.to_str().unwrap(),
         "--set",
-        "maps.maxBackends=8,logFormat=text",
+        "maps.maxBackends=8,maps.maxRevSock=4096,logFormat=text",
     ]);
     std::fs::remove_dir_all(&dir).ok();
     let args = over.args();
     for want in [
         "--max-services=1048576",
         "--max-backends=8",
+        "--max-revsock=4096",
         "--log-format=text",
     ] {
         assert!(args.contains(&want.to_owned()), "{want} in {args:?}");

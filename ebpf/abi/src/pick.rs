@@ -1,0 +1,273 @@
+//! Backend selection: the one implementation the kernel programs run and the
+//! agent's in-memory maps (`FakeMaps`) model, so tests of the planner and the
+//! reconciler see exactly what a socket or packet would reach.
+//!
+//! Everything here reads the maps through [`LbMapsView`]: the programs
+//! implement it over the kernel's maps, the agent over a snapshot. The
+//! functions are generic rather than dynamic so that the programs get them
+//! inlined, as the verifier needs.
+use crate::{
+    Addr, BACKEND_STATE_ACTIVE, BACKEND_STATE_DRAINING, BACKEND_STATE_TERMINATING, Backend,
+    ServiceKey, ServiceValue,
+};
+
+/// Read access to the services and backends maps. Values are copies: in the
+/// kernel an element's contents may change under a reader (see the programs'
+/// `maps.rs`), so every check is made on one copy.
+pub trait LbMapsView {
+    fn service(&self, key: &ServiceKey) -> Option<ServiceValue>;
+    fn backend(&self, id: u32) -> Option<Backend>;
+}
+
+/// A backend picked for one connect, send or new flow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pick {
+    pub backend_id: u32,
+    pub addr: Addr,
+    pub port: u16,
+    pub rev_nat_id: u32,
+}
+
+/// Picks a backend uniformly among the active slots, or among the terminating
+/// ones when the frontend has no active backend (KEP-1669). `key` is the
+/// frontend's master key; its slot is clobbered. `roll` is the random number.
+#[inline(always)]
+pub fn pick_backend<M: LbMapsView>(
+    maps: &M,
+    key: &mut ServiceKey,
+    master: &ServiceValue,
+    roll: u32,
+) -> Option<Pick> {
+    if let Some(pick) = pick_in(maps, key, master, roll) {
+        return Some(pick);
+    }
+    // The agent writes a shrinking frontend's new master before it prunes the
+    // slots beyond it, so a slot can vanish between our two lookups; and it
+    // marks a backend draining before it takes it out of the slots. Read the
+    // master again and pick within what it holds now, from another slot so a
+    // draining backend still in the old layout is not hit twice.
+    key.slot = 0;
+    let fresh = maps.service(key)?;
+    pick_in(maps, key, &fresh, roll.wrapping_add(1))
+}
+
+#[inline(always)]
+fn pick_in<M: LbMapsView>(
+    maps: &M,
+    key: &mut ServiceKey,
+    master: &ServiceValue,
+    roll: u32,
+) -> Option<Pick> {
+    // Terminating slots follow the active ones, so with no active backend they
+    // start at slot 1 too.
+    let n = if master.count > 0 {
+        u32::from(master.count)
+    } else {
+        u32::from(master.qcount)
+    };
+    if n == 0 {
+        return None;
+    }
+    key.slot = (roll % n + 1) as u16;
+    let backend_id = maps.service(key)?.backend_id;
+    let backend = maps.backend(backend_id)?;
+    // A draining backend only finishes the flows it has; nothing new picks it.
+    if backend.state == BACKEND_STATE_DRAINING {
+        return None;
+    }
+    owned(backend_id, &backend, master.rev_nat_id, &key.addr)
+}
+
+/// `backend` (id `id`) if it belongs to frontend `rev_nat_id` and has the
+/// frontend's address family. The id may have been freed and handed to
+/// another frontend since it was read, and a backend of the other family can
+/// never be reached by rewriting an address in place; both count as no
+/// backend.
+#[inline(always)]
+fn owned(id: u32, backend: &Backend, rev_nat_id: u32, frontend: &Addr) -> Option<Pick> {
+    if backend.rev_nat_id != rev_nat_id || backend.addr.is_v4() != frontend.is_v4() {
+        return None;
+    }
+    Some(Pick {
+        backend_id: id,
+        addr: backend.addr,
+        port: backend.port,
+        rev_nat_id,
+    })
+}
+
+/// The backend `id` if it still belongs to frontend `rev_nat_id` (see
+/// [`owned`]). Any state is accepted: conntrack hits use this, and a
+/// draining backend keeps the flows it already has.
+#[inline(always)]
+pub fn owned_backend<M: LbMapsView>(
+    maps: &M,
+    id: u32,
+    rev_nat_id: u32,
+    frontend: &Addr,
+) -> Option<Pick> {
+    owned(id, &maps.backend(id)?, rev_nat_id, frontend)
+}
+
+/// The backend `id` if a new connection of the frontend may still use it:
+/// owned and active, or terminating while the frontend has no active
+/// backend; never draining. Used to honour session affinity.
+#[inline(always)]
+pub fn backend_usable<M: LbMapsView>(
+    maps: &M,
+    id: u32,
+    master: &ServiceValue,
+    frontend: &Addr,
+) -> Option<Pick> {
+    let backend = maps.backend(id)?;
+    let usable = backend.state == BACKEND_STATE_ACTIVE
+        || (backend.state == BACKEND_STATE_TERMINATING && master.count == 0);
+    if !usable {
+        return None;
+    }
+    owned(id, &backend, master.rev_nat_id, frontend)
+}
+
+/// The backend `id` if an unconnected UDP socket that was given it may keep
+/// it: owned and still serving. A terminating backend keeps its sockets, as
+/// conntrack keeps a terminating endpoint's UDP flows under kube-proxy; a
+/// draining one (no longer serving) moves them.
+#[inline(always)]
+pub fn sticky_backend<M: LbMapsView>(
+    maps: &M,
+    id: u32,
+    master: &ServiceValue,
+    frontend: &Addr,
+) -> Option<Pick> {
+    let backend = maps.backend(id)?;
+    if backend.state == BACKEND_STATE_DRAINING {
+        return None;
+    }
+    owned(id, &backend, master.rev_nat_id, frontend)
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::{PROTO_TCP, SCOPE_ALL};
+
+    #[derive(Default)]
+    struct Maps {
+        services: BTreeMap<ServiceKey, ServiceValue>,
+        backends: BTreeMap<u32, Backend>,
+    }
+
+    impl LbMapsView for Maps {
+        fn service(&self, key: &ServiceKey) -> Option<ServiceValue> {
+            self.services.get(key).copied()
+        }
+        fn backend(&self, id: u32) -> Option<Backend> {
+            self.backends.get(&id).copied()
+        }
+    }
+
+    fn key(slot: u16) -> ServiceKey {
+        ServiceKey {
+            addr: Addr::from_v4(u32::from_ne_bytes([10, 96, 0, 1])),
+            port: 80u16.to_be(),
+            slot,
+            proto: PROTO_TCP,
+            scope: SCOPE_ALL,
+            _pad: [0; 2],
+        }
+    }
+
+    /// A frontend (rev-NAT id 7) with backends 1..=n in slots 1..=n, all of
+    /// `state`, IPv4 unless `v6`.
+    fn frontend(n: u16, state: u8, v6: bool) -> Maps {
+        let mut m = Maps::default();
+        let master = ServiceValue {
+            count: if state == BACKEND_STATE_ACTIVE { n } else { 0 },
+            qcount: if state == BACKEND_STATE_ACTIVE { 0 } else { n },
+            rev_nat_id: 7,
+            ..ServiceValue::default()
+        };
+        m.services.insert(key(0), master);
+        for s in 1..=n {
+            let id = u32::from(s);
+            m.services.insert(
+                key(s),
+                ServiceValue {
+                    backend_id: id,
+                    rev_nat_id: 7,
+                    ..ServiceValue::default()
+                },
+            );
+            let addr = if v6 {
+                Addr([0xfd, 0, 0, id])
+            } else {
+                Addr::from_v4(u32::from_ne_bytes([10, 0, 0, s as u8]))
+            };
+            m.backends.insert(
+                id,
+                Backend {
+                    addr,
+                    port: 8080u16.to_be(),
+                    proto: PROTO_TCP,
+                    state,
+                    rev_nat_id: 7,
+                },
+            );
+        }
+        m
+    }
+
+    fn pick(m: &Maps, roll: u32) -> Option<u32> {
+        let master = m.service(&key(0))?;
+        pick_backend(m, &mut key(0), &master, roll).map(|p| p.backend_id)
+    }
+
+    #[test]
+    fn every_roll_lands_on_its_slot() {
+        let m = frontend(3, BACKEND_STATE_ACTIVE, false);
+        assert_eq!(
+            (0..6).map(|r| pick(&m, r)).collect::<std::vec::Vec<_>>(),
+            [1, 2, 3, 1, 2, 3].map(Some)
+        );
+    }
+
+    #[test]
+    fn a_draining_backend_in_a_slot_sends_the_pick_to_the_next_slot() {
+        let mut m = frontend(3, BACKEND_STATE_ACTIVE, false);
+        m.backends.get_mut(&2).unwrap().state = BACKEND_STATE_DRAINING;
+        assert_eq!(pick(&m, 1), Some(3));
+        // Two draining in a row: the second try fails too.
+        m.backends.get_mut(&3).unwrap().state = BACKEND_STATE_DRAINING;
+        assert_eq!(pick(&m, 1), None);
+    }
+
+    #[test]
+    fn another_frontends_or_another_familys_backend_is_no_backend() {
+        let mut m = frontend(1, BACKEND_STATE_ACTIVE, false);
+        m.backends.get_mut(&1).unwrap().rev_nat_id = 8;
+        assert_eq!(pick(&m, 0), None);
+        let m = frontend(1, BACKEND_STATE_ACTIVE, true);
+        assert_eq!(pick(&m, 0), None, "a v6 backend behind a v4 frontend");
+    }
+
+    #[test]
+    fn terminating_backends_serve_only_when_no_active_one_is_left() {
+        let m = frontend(2, BACKEND_STATE_TERMINATING, false);
+        assert_eq!(pick(&m, 1), Some(2));
+        let master = m.service(&key(0)).unwrap();
+        let fe = key(0).addr;
+        assert!(backend_usable(&m, 1, &master, &fe).is_some());
+        let busy = ServiceValue { count: 1, ..master };
+        assert!(backend_usable(&m, 1, &busy, &fe).is_none());
+        // A socket already on a terminating backend keeps it; a draining
+        // one moves.
+        assert!(sticky_backend(&m, 1, &busy, &fe).is_some());
+        let mut d = m;
+        d.backends.get_mut(&1).unwrap().state = BACKEND_STATE_DRAINING;
+        assert!(sticky_backend(&d, 1, &busy, &fe).is_none());
+        assert!(owned_backend(&d, 1, 7, &fe).is_some(), "tracked flows stay");
+    }
+}
