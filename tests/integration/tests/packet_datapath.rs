@@ -17,6 +17,7 @@
 //! | `xdp` | native XDP counters and flows; best-effort fallback (with its warning) to TC on a device without native XDP (a bridge: this kernel has no `dummy`), with traffic through it |
 //! | `clusterip` | per-packet ClusterIP (hairpin, internalTrafficPolicy Local); a pod's connected UDP socket leaves a removed backend |
 //! | `bad_input` | field-named errors for the new fields, at start and at runtime; good Services keep working |
+//! | `verifier` | every attached program's verified instruction count stays within its budget |
 //! | `hardening` | forged ACK floods evict no flow; forged replies from a pod or the backend's side neither close nor remove SNAT flows; SNAT ports found at 90-99% use, exhaustion counted |
 #[path = "packet_datapath/support.rs"]
 mod support;
@@ -43,5 +44,7 @@ mod lifecycle;
 mod source_ranges;
 #[path = "packet_datapath/topology.rs"]
 mod topology;
+#[path = "packet_datapath/verifier.rs"]
+mod verifier;
 #[path = "packet_datapath/xdp.rs"]
 mod xdp;
