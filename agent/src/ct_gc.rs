@@ -21,7 +21,7 @@
 use std::{
     collections::{HashMap, HashSet},
     io,
-    os::fd::AsFd as _,
+    os::fd::{AsFd as _, OwnedFd},
     path::{Path, PathBuf},
     time::Duration,
 };
@@ -258,15 +258,8 @@ type LiveMap = BpfHashMap<MapData, CtKey, CtValue>;
 /// not lend theirs). `try_from` checks the key and value sizes the batch
 /// relies on. Batch lookups need 5.6; tcx, which the datapath needs, 6.6.
 fn open_ct(dir: &Path, map: &'static str) -> Result<(LiveMap, Batch<CtKey, CtValue>), CtGcError> {
-    let err = |source| CtGcError::Open { map, source };
-    let data = MapData::from_pin(dir.join(map)).map_err(err)?;
-    let fd = data
-        .fd()
-        .as_fd()
-        .try_clone_to_owned()
-        .map_err(|e| err(MapError::IoError(e)))?;
-    let m = Map::from_map_data(data).map_err(err)?;
-    Ok((BpfHashMap::try_from(m).map_err(err)?, Batch::new(fd)))
+    let (live, fd, _) = open_typed(dir, map)?;
+    Ok((live, Batch::new(fd)))
 }
 
 /// A batch reader of any pinned hash map with its capacity.
@@ -274,6 +267,20 @@ fn open_batch<K: aya::Pod, V: aya::Pod>(
     dir: &Path,
     map: &'static str,
 ) -> Result<(Batch<K, V>, u32), CtGcError> {
+    // The typed map only checks the sizes.
+    let (_, fd, capacity) = open_typed::<K, V>(dir, map)?;
+    Ok((Batch::new(fd), capacity))
+}
+
+/// A pinned hash map as a typed map (which checks the key and value sizes),
+/// a second fd to it, and its capacity.
+type Typed<K, V> = (BpfHashMap<MapData, K, V>, OwnedFd, u32);
+
+/// The pinned hash map `map`: see [`Typed`].
+fn open_typed<K: aya::Pod, V: aya::Pod>(
+    dir: &Path,
+    map: &'static str,
+) -> Result<Typed<K, V>, CtGcError> {
     let err = |source| CtGcError::Open { map, source };
     let data = MapData::from_pin(dir.join(map)).map_err(err)?;
     let capacity = data.info().map_err(err)?.max_entries();
@@ -282,10 +289,8 @@ fn open_batch<K: aya::Pod, V: aya::Pod>(
         .as_fd()
         .try_clone_to_owned()
         .map_err(|e| err(MapError::IoError(e)))?;
-    // Only to check the key and value sizes the batch relies on.
     let m = Map::from_map_data(data).map_err(err)?;
-    BpfHashMap::<MapData, K, V>::try_from(m).map_err(err)?;
-    Ok((Batch::new(fd), capacity))
+    Ok((BpfHashMap::try_from(m).map_err(err)?, fd, capacity))
 }
 
 /// Every entry of one table. The batch walk goes bucket by bucket, so it

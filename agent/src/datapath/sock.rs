@@ -74,29 +74,25 @@ fn dup(fd: &aya::programs::ProgramFd) -> Result<OwnedFd, ProgramError> {
         .map_err(ProgramError::IOError)
 }
 
-impl CgroupProgram for CgroupSockAddr {
-    fn prog_fd(&self) -> Result<OwnedFd, ProgramError> {
-        dup(self.fd()?)
-    }
+// The same two calls on two aya types that have them under the same names
+// but share no trait: a macro, since generics cannot name them.
+macro_rules! cgroup_program {
+    ($($ty:ty),+) => {$(
+        impl CgroupProgram for $ty {
+            fn prog_fd(&self) -> Result<OwnedFd, ProgramError> {
+                dup(self.fd()?)
+            }
 
-    fn attach_link(&mut self, cgroup: &File) -> Result<FdLink, ProgramError> {
-        let id = self.attach(cgroup, CgroupAttachMode::Single)?;
-        let link = self.take_link(id)?;
-        FdLink::try_from(link).map_err(|e| ProgramError::IOError(io::Error::other(e)))
-    }
+            fn attach_link(&mut self, cgroup: &File) -> Result<FdLink, ProgramError> {
+                let id = self.attach(cgroup, CgroupAttachMode::Single)?;
+                let link = self.take_link(id)?;
+                FdLink::try_from(link).map_err(|e| ProgramError::IOError(io::Error::other(e)))
+            }
+        }
+    )+};
 }
 
-impl CgroupProgram for CgroupSock {
-    fn prog_fd(&self) -> Result<OwnedFd, ProgramError> {
-        dup(self.fd()?)
-    }
-
-    fn attach_link(&mut self, cgroup: &File) -> Result<FdLink, ProgramError> {
-        let id = self.attach(cgroup, CgroupAttachMode::Single)?;
-        let link = self.take_link(id)?;
-        FdLink::try_from(link).map_err(|e| ProgramError::IOError(io::Error::other(e)))
-    }
-}
+cgroup_program!(CgroupSockAddr, CgroupSock);
 
 /// `--socket-lb=false`: takes the hooks a previous run left pinned off their
 /// cgroup, so the setting means what it says after a restart too.

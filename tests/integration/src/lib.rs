@@ -62,6 +62,30 @@ pub fn pinned_map_len(path: &std::path::Path) -> anyhow::Result<usize> {
     Ok(v.as_array().map_or(0, Vec::len))
 }
 
+/// The ids of the programs behind the links pinned in `links_dir`, each
+/// once (one program can sit behind several links: TC on every device).
+pub fn linked_programs(
+    links_dir: &std::path::Path,
+) -> anyhow::Result<std::collections::BTreeSet<u64>> {
+    use anyhow::Context as _;
+    let mut ids = std::collections::BTreeSet::new();
+    for entry in std::fs::read_dir(links_dir)? {
+        let path = entry?.path();
+        let link = bpftool(&[
+            "link".as_ref(),
+            "show".as_ref(),
+            "pinned".as_ref(),
+            path.as_os_str(),
+        ])?;
+        ids.insert(
+            link["prog_id"]
+                .as_u64()
+                .with_context(|| format!("{}: {link}", path.display()))?,
+        );
+    }
+    Ok(ids)
+}
+
 /// Directory with the built binaries: `WEIR_BIN_DIR`, or `target/debug`.
 pub fn bin(name: &str) -> PathBuf {
     let dir = std::env::var_os("WEIR_BIN_DIR").map_or_else(

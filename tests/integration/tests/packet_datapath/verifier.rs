@@ -4,10 +4,7 @@
 use std::collections::BTreeMap;
 
 use anyhow::{Context as _, Result};
-use weir_integration::{
-    bpftool,
-    packet_topology::{PacketAgent, PacketTopology},
-};
+use weir_integration::packet_topology::{PacketAgent, PacketTopology};
 
 /// `verified_insns` (instructions the verifier processed, over every path)
 /// allowed per program, by the kernel's 15-character program name (both
@@ -30,7 +27,7 @@ const BUDGETS: &[(&str, u64)] = &[
     ("weir_sock_relea", 2_000),   // 799
 ];
 
-/// One loaded program as `bpftool prog show` reports it.
+/// One loaded program as the kernel's `bpf_prog_info` reports it.
 #[derive(Debug)]
 struct Verified {
     insns: u64,
@@ -46,23 +43,13 @@ fn every_program_stays_within_its_verifier_budget() -> Result<()> {
     // By program id: one program can sit behind several links (TC on every
     // device), and two programs can share a truncated name.
     let mut progs: BTreeMap<u64, (String, Verified)> = BTreeMap::new();
-    for entry in std::fs::read_dir(agent.pin_dir().join("links"))? {
-        let path = entry?.path();
-        let link = bpftool(&[
-            "link".as_ref(),
-            "show".as_ref(),
-            "pinned".as_ref(),
-            path.as_os_str(),
-        ])?;
-        let id = link["prog_id"]
-            .as_u64()
-            .with_context(|| format!("{}: {link}", path.display()))?;
+    for id in weir_integration::linked_programs(&agent.pin_dir().join("links"))? {
         // Debian's bpftool does not print verified_insns; the kernel's
         // bpf_prog_info has it (5.16+), and aya reads that.
         let info = aya::programs::loaded_programs()
             .filter_map(Result::ok)
             .find(|p| u64::from(p.id()) == id)
-            .with_context(|| format!("program {id} of {}", path.display()))?;
+            .with_context(|| format!("program {id}"))?;
         progs.insert(
             id,
             (
