@@ -4,6 +4,7 @@ pub mod datapath;
 pub mod kubelet;
 pub mod lab;
 pub mod maps;
+pub mod prog_stats;
 pub mod record;
 pub mod report;
 pub mod rules;

@@ -83,6 +83,10 @@ enum Pick {
     Random,
     First,
     Last,
+    /// Each worker draws one target at random and keeps it: what socket LB
+    /// does for each unconnected UDP socket, so `direct` spreads its
+    /// sockets over the backends the same way.
+    PerWorker,
 }
 
 /// Ephemeral ports are what a crr run at 20-50k connections/s runs out of: a
@@ -349,6 +353,8 @@ struct Worker<'a> {
     targets: &'a [SocketAddr],
     timeout: Duration,
     rng: u64,
+    /// `--pick per-worker`: the target drawn on the first pick.
+    kept: Option<usize>,
     seq: u64,
     ok: u64,
     hist: Histogram<u64>,
@@ -366,6 +372,7 @@ impl<'a> Worker<'a> {
             timeout: Duration::from_millis(args.timeout_ms),
             // xorshift must not start at zero.
             rng: splitmix(seed) | 1,
+            kept: None,
             seq: 0,
             ok: 0,
             hist: Histogram::new_with_bounds(1, MAX_LATENCY_NS, 3)
@@ -538,16 +545,26 @@ impl<'a> Worker<'a> {
             Pick::First => 0,
             Pick::Last => n - 1,
             Pick::Random if n == 1 => 0,
-            Pick::Random => {
-                // xorshift64*, then Lemire's multiply-shift for a uniform index.
-                self.rng ^= self.rng >> 12;
-                self.rng ^= self.rng << 25;
-                self.rng ^= self.rng >> 27;
-                let x = self.rng.wrapping_mul(0x2545_f491_4f6c_dd1d);
-                ((u128::from(x) * n as u128) >> 64) as usize
-            }
+            Pick::Random => self.random_index(n),
+            Pick::PerWorker => match self.kept {
+                Some(i) => i,
+                None => {
+                    let i = self.random_index(n);
+                    self.kept = Some(i);
+                    i
+                }
+            },
         };
         self.targets[i]
+    }
+
+    /// A uniform index below `n`: xorshift64*, then Lemire's multiply-shift.
+    fn random_index(&mut self, n: usize) -> usize {
+        self.rng ^= self.rng >> 12;
+        self.rng ^= self.rng << 25;
+        self.rng ^= self.rng >> 27;
+        let x = self.rng.wrapping_mul(0x2545_f491_4f6c_dd1d);
+        ((u128::from(x) * n as u128) >> 64) as usize
     }
 
     fn record(&mut self, window: Window, started: Instant, out: Outcome) {

@@ -20,7 +20,7 @@ pub enum Bench {
     /// iptables and nftables rulesets and direct connections, 1 to 100,000
     /// Services.
     Datapath {
-        /// N up to 10,000 and one repetition: under five minutes on 2 cores.
+        /// N up to 10,000, three repetitions: about 16 minutes on 2 cores.
         #[arg(long)]
         quick: bool,
         /// Write the records as JSON here (default: <out>/datapath.json).
