@@ -1,0 +1,304 @@
+//! The agent's command line: the flags of a run (named and documented as
+//! users meet them in `--help`), the subcommands, and the checks that turn
+//! flags into the datapath's settings.
+use std::path::PathBuf;
+
+use anyhow::{Context as _, Result};
+use clap::{Parser, Subcommand, ValueEnum};
+use weir_agent::datapath::{Acceleration, devices};
+
+/// Weir's node agent: replaces kube-proxy with eBPF socket load balancing.
+#[derive(Parser, Debug)]
+#[command(name = "weir-agent", version, args_conflicts_with_subcommands = true)]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    pub(crate) command: Option<Command>,
+    #[command(flatten)]
+    pub(crate) run: RunArgs,
+}
+
+#[derive(clap::Args, Debug)]
+pub(crate) struct RunArgs {
+    /// Directory of Service and EndpointSlice manifests (standalone mode, no API server).
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["kubeconfig", "k8s_api_server"])]
+    pub(crate) manifests: Option<PathBuf>,
+    /// kubeconfig for the API server. Without it (and without --manifests) the
+    /// pod's service account is used.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) kubeconfig: Option<PathBuf>,
+    /// The API server as host:port, replacing the configured address. Needed in
+    /// a cluster without kube-proxy: the `kubernetes` ClusterIP only works once
+    /// this agent has programmed it.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub(crate) k8s_api_server: Option<String>,
+    /// Take the initial Services and EndpointSlices as a watch stream
+    /// (`sendInitialEvents`) instead of paginated lists: no page of 500
+    /// objects buffered at a time, and one request per kind. Needs an API
+    /// server with the WatchList feature (beta from Kubernetes 1.32); one
+    /// without it refuses the watch, and the agent then never syncs.
+    #[arg(long, value_name = "BOOL", default_value_t = false, action = clap::ArgAction::Set)]
+    pub(crate) streaming_lists: bool,
+    /// This node's name: endpoints with this nodeName are local.
+    #[arg(long, env = "NODE_NAME", value_name = "NAME")]
+    pub(crate) node_name: Option<String>,
+    /// Namespace of the agent's Lease.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "kube-system")]
+    pub(crate) namespace: String,
+    /// Prometheus metrics address (kube-proxy's default); empty to disable.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:10249")]
+    pub(crate) metrics_addr: String,
+    /// /healthz and /livez address (kube-proxy's default, which cloud load
+    /// balancers probe); empty to disable.
+    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:10256")]
+    pub(crate) healthz_addr: String,
+    /// /healthz fails when a change has waited this long to reach the maps.
+    #[arg(long, value_name = "DURATION", default_value = "60s")]
+    pub(crate) healthz_timeout: humantime::Duration,
+    /// Serve the healthCheckNodePorts of externalTrafficPolicy: Local
+    /// Services. false where another component serves them, e.g. kube-proxy
+    /// on the same node during a migration (both would want the same ports).
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
+    pub(crate) health_check_node_ports: bool,
+    /// cgroup v2 directory the socket programs attach to; sockets of processes
+    /// in it and below are load balanced.
+    #[arg(long, value_name = "PATH", default_value = "/sys/fs/cgroup")]
+    pub(crate) cgroup: PathBuf,
+    /// The node's /proc, where the network namespaces of its processes are
+    /// found (to destroy pods' UDP sockets connected to removed backends).
+    /// In a container, mount the host's /proc (e.g. at /host/proc) and give
+    /// that; the container's own /proc only shows its own processes.
+    #[arg(long, value_name = "DIR", default_value = "/proc")]
+    pub(crate) proc_root: PathBuf,
+    #[command(flatten)]
+    pub(crate) bpffs: BpffsArg,
+    /// Capacity of the services map: master entries plus one slot per backend of
+    /// every frontend.
+    #[arg(long, value_name = "N", default_value_t = weir_abi::DEFAULT_MAX_SERVICES)]
+    pub(crate) max_services: u32,
+    /// Capacity of the backends map.
+    #[arg(long, value_name = "N", default_value_t = weir_abi::DEFAULT_MAX_BACKENDS)]
+    pub(crate) max_backends: u32,
+    #[command(flatten)]
+    pub(crate) packet: PacketArgs,
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub(crate) log_format: LogFormat,
+}
+
+/// Settings of the per-packet (TC/XDP) datapath and its connection tracking.
+#[derive(clap::Args, Debug)]
+pub(crate) struct PacketArgs {
+    /// Load balance ClusterIP traffic at the socket (connect/sendmsg), in
+    /// every cgroup below --cgroup. When false, hooks left by an earlier run
+    /// are detached.
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
+    pub(crate) socket_lb: bool,
+    /// Capacity of the socket hooks' reverse-translation map: open sockets
+    /// (and unconnected UDP socket × backend pairs) whose peer they
+    /// translated. Closed sockets leave it at once. When more are open, the
+    /// least recently used lose their entry, and those sockets then show
+    /// the backend, not the ClusterIP, as their peer; watch
+    /// weir_map_entries{map="WEIR_REVSOCK"} against weir_map_capacity.
+    #[arg(long, value_name = "N", default_value_t = weir_abi::DEFAULT_MAX_REVSOCK)]
+    pub(crate) max_revsock: u32,
+    /// Devices for the per-packet TC program (external devices and pod
+    /// veths): exact names, prefixes ending in '+' (`lxc+`, `cali+`) that
+    /// match every interface starting so, or `auto`: every interface that
+    /// carries a default route (IPv4 or IPv6) in the agent's network
+    /// namespace plus every veth (the host side of pods). Interfaces are
+    /// re-listed as soon as the kernel announces a link (for `auto`, also a
+    /// route) change, so new and recreated devices get the program and
+    /// vanished ones lose it; a listed device missing at start is attached
+    /// when it appears. Only Ethernet devices qualify. Needs Linux 6.7+.
+    /// None: socket load balancing only.
+    #[arg(long, value_name = "DEV,...", value_delimiter = ',')]
+    pub(crate) devices: Vec<String>,
+    /// How often --devices are re-listed even when the kernel announced no
+    /// change (a backstop; without link notifications they are re-listed
+    /// every 5 s).
+    #[arg(long, value_name = "DURATION", default_value = "30s")]
+    pub(crate) device_rescan_interval: humantime::Duration,
+    /// The --devices that also get XDP when --acceleration is on (same
+    /// syntax, but `auto` here means the default-route devices only, never
+    /// veths; default: all of --devices, so `--devices=auto` accelerates the
+    /// default-route devices). XDP goes only where the TC
+    /// program is too (it hands SNAT flows to TC on the same device). Do not
+    /// give pod veths (`lxc+`, `cali+`) XDP: frames from pods reach a veth's
+    /// XDP as CHECKSUM_PARTIAL, and native XDP on a veth disables GSO on its
+    /// peer; list the external NICs only.
+    #[arg(long, value_name = "DEV,...", value_delimiter = ',')]
+    pub(crate) acceleration_devices: Vec<String>,
+    /// Source ports the per-packet datapath uses when it SNATs (NodePort,
+    /// externalIP and LoadBalancer traffic forwarded to another node). Must
+    /// stay outside net.ipv4.ip_local_port_range (or be reserved with
+    /// net.ipv4.ip_local_reserved_ports): the programs cannot see the node's
+    /// own sockets.
+    #[arg(long, value_name = "FROM-TO", default_value = "61000-65535", value_parser = parse_port_range)]
+    pub(crate) snat_port_range: (u16, u16),
+    /// NodePort range.
+    #[arg(long, value_name = "FROM-TO", default_value = "30000-32767", value_parser = parse_port_range)]
+    pub(crate) nodeport_range: (u16, u16),
+    /// XDP acceleration of NodePort/external traffic on --devices: native
+    /// (required on every device), best-effort (where the driver supports it)
+    /// or disabled.
+    #[arg(long, value_enum, default_value_t = AccelerationArg::Disabled)]
+    pub(crate) acceleration: AccelerationArg,
+    /// Conntrack timeout of a TCP flow before the backend answers.
+    #[arg(long, value_name = "DURATION", default_value = "60s")]
+    pub(crate) ct_timeout_tcp_syn: humantime::Duration,
+    /// Conntrack timeout of an established TCP flow.
+    #[arg(long, value_name = "DURATION", default_value = "6h")]
+    pub(crate) ct_timeout_tcp: humantime::Duration,
+    /// Conntrack timeout of a TCP flow after FIN or RST.
+    #[arg(long, value_name = "DURATION", default_value = "10s")]
+    pub(crate) ct_timeout_tcp_fin: humantime::Duration,
+    /// Conntrack timeout of a UDP (and SCTP) flow.
+    #[arg(long, value_name = "DURATION", default_value = "60s")]
+    pub(crate) ct_timeout_udp: humantime::Duration,
+    /// How often expired conntrack entries are removed.
+    #[arg(long, value_name = "DURATION", default_value = "30s")]
+    pub(crate) ct_gc_interval: humantime::Duration,
+    /// Capacity of each conntrack map (TCP, UDP); a flow takes two entries.
+    #[arg(long, value_name = "N", default_value_t = weir_abi::DEFAULT_MAX_CT)]
+    pub(crate) ct_max: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum AccelerationArg {
+    Disabled,
+    Native,
+    BestEffort,
+}
+
+impl From<AccelerationArg> for Acceleration {
+    fn from(a: AccelerationArg) -> Self {
+        match a {
+            AccelerationArg::Disabled => Self::Disabled,
+            AccelerationArg::Native => Self::Native,
+            AccelerationArg::BestEffort => Self::BestEffort,
+        }
+    }
+}
+
+pub(crate) fn parse_port_range(s: &str) -> Result<(u16, u16), String> {
+    let (a, b) = s
+        .split_once('-')
+        .ok_or_else(|| format!("{s:?} is not FROM-TO"))?;
+    let a: u16 = a
+        .trim()
+        .parse()
+        .map_err(|_| format!("{a:?} is not a port"))?;
+    let b: u16 = b
+        .trim()
+        .parse()
+        .map_err(|_| format!("{b:?} is not a port"))?;
+    if a == 0 || a > b {
+        return Err(format!("{s:?}: FROM must be 1 or more and not above TO"));
+    }
+    Ok((a, b))
+}
+
+impl PacketArgs {
+    /// The conntrack timeouts as `WEIR_CONFIG` holds them (whole seconds).
+    pub(crate) fn datapath_config(&self) -> Result<weir_abi::Config> {
+        let secs = |d: humantime::Duration, flag: &str| -> Result<u32> {
+            let s = d.as_secs();
+            if s == 0 {
+                anyhow::bail!("{flag} must be at least 1s");
+            }
+            u32::try_from(s).with_context(|| format!("{flag} is too long"))
+        };
+        Ok(weir_abi::Config {
+            ct_tcp_syn: secs(self.ct_timeout_tcp_syn, "--ct-timeout-tcp-syn")?,
+            ct_tcp_established: secs(self.ct_timeout_tcp, "--ct-timeout-tcp")?,
+            ct_tcp_closing: secs(self.ct_timeout_tcp_fin, "--ct-timeout-tcp-fin")?,
+            ct_udp: secs(self.ct_timeout_udp, "--ct-timeout-udp")?,
+            // LoadOptions sets CFG_F_SOCKET_LB from --socket-lb; run() adds
+            // the kernel's.
+            flags: 0,
+            snat_port_min: self.snat_port_range.0,
+            snat_port_max: self.snat_port_range.1,
+        })
+    }
+
+    /// `--devices` and `--acceleration-devices` (default: the former) as
+    /// patterns, the bad entry named.
+    pub(crate) fn device_patterns(&self) -> Result<(Vec<devices::Pattern>, Vec<devices::Pattern>)> {
+        let devs =
+            devices::parse_patterns(&self.devices, "--devices").map_err(anyhow::Error::msg)?;
+        let accel = if self.acceleration_devices.is_empty() {
+            devs.clone()
+        } else {
+            devices::parse_patterns(&self.acceleration_devices, "--acceleration-devices")
+                .map_err(anyhow::Error::msg)?
+        };
+        Ok((devs, accel))
+    }
+}
+
+#[derive(clap::Args, Debug)]
+pub(crate) struct BpffsArg {
+    /// Directory on a bpf filesystem where maps and links are pinned.
+    #[arg(long = "bpffs", value_name = "DIR", default_value = "/sys/fs/bpf/weir")]
+    pub(crate) path: PathBuf,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub(crate) enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand, Debug)]
+pub(crate) enum Command {
+    /// Show what the datapath does, read from the pinned maps.
+    Inspect {
+        #[command(subcommand)]
+        what: Inspect,
+    },
+    /// Detach every program and remove every pin; refused while an agent runs on them.
+    Cleanup {
+        #[command(flatten)]
+        bpffs: BpffsArg,
+        /// Clean up even though an agent holds the pins (it keeps running, unserved).
+        #[arg(long)]
+        force: bool,
+    },
+    /// Remove kube-proxy's iptables chains and nftables tables from this
+    /// network namespace, after kube-proxy has stopped.
+    CleanupKubeProxy {
+        /// Print what would be removed and change nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub(crate) enum Inspect {
+    /// Every VIP:port/proto with its flags, backends and their states.
+    Services {
+        #[command(flatten)]
+        bpffs: BpffsArg,
+        #[arg(short = 'o', long = "output", value_enum, default_value_t = Output::Table)]
+        output: Output,
+    },
+    /// Every tracked flow of the per-packet datapath, both directions.
+    Conntrack {
+        #[command(flatten)]
+        bpffs: BpffsArg,
+        #[arg(short = 'o', long = "output", value_enum, default_value_t = Output::Table)]
+        output: Output,
+    },
+    /// Packet and byte counters per program and outcome, summed over CPUs.
+    Stats {
+        #[command(flatten)]
+        bpffs: BpffsArg,
+        #[arg(short = 'o', long = "output", value_enum, default_value_t = Output::Table)]
+        output: Output,
+    },
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub(crate) enum Output {
+    Table,
+    Json,
+}
