@@ -392,124 +392,15 @@ async fn shutdown_signal() {
 
 #[cfg(test)]
 mod tests {
-    use std::path::PathBuf;
-
-    use weir_agent::datapath::Acceleration;
-
     use super::*;
-
-    fn run_args(extra: &[&str]) -> RunArgs {
-        let mut argv = vec!["weir-agent"];
-        argv.extend_from_slice(extra);
-        Cli::try_parse_from(argv).expect("flags parse").run
-    }
-
-    #[test]
-    fn default_timeouts_are_the_abi_defaults() {
-        let cfg = run_args(&[]).packet.datapath_config().unwrap();
-        let d = weir_abi::DEFAULT_CONFIG;
-        assert_eq!(
-            (
-                cfg.ct_tcp_syn,
-                cfg.ct_tcp_established,
-                cfg.ct_tcp_closing,
-                cfg.ct_udp
-            ),
-            (
-                d.ct_tcp_syn,
-                d.ct_tcp_established,
-                d.ct_tcp_closing,
-                d.ct_udp
-            )
-        );
-        let a = run_args(&[]);
-        assert!(a.packet.socket_lb);
-        assert!(a.packet.devices.is_empty());
-        assert_eq!(a.packet.nodeport_range, (30000, 32767));
-        assert_eq!(
-            (cfg.snat_port_min, cfg.snat_port_max),
-            (d.snat_port_min, d.snat_port_max)
-        );
-        assert_eq!(a.proc_root, PathBuf::from("/proc"));
-        assert_eq!(a.packet.ct_max, weir_abi::DEFAULT_MAX_CT);
-        assert_eq!(
-            Acceleration::from(a.packet.acceleration),
-            Acceleration::Disabled
-        );
-    }
-
-    #[test]
-    fn packet_flags_parse() {
-        let a = run_args(&[
-            "--devices=eth0,eth1.100",
-            "--acceleration=best-effort",
-            "--socket-lb=false",
-            "--ct-timeout-udp=2s",
-            "--ct-timeout-tcp=1h",
-            "--nodeport-range=20000-22767",
-            "--snat-port-range=40000-40999",
-        ]);
-        assert_eq!(a.packet.devices, ["eth0", "eth1.100"]);
-        let (devs, accel) = a.packet.device_patterns().unwrap();
-        assert_eq!(devs, accel, "acceleration devices default to --devices");
-        assert_eq!(
-            Acceleration::from(a.packet.acceleration),
-            Acceleration::BestEffort
-        );
-        assert!(!a.packet.socket_lb);
-        let cfg = a.packet.datapath_config().unwrap();
-        assert_eq!((cfg.ct_udp, cfg.ct_tcp_established), (2, 3600));
-        assert_eq!(a.packet.nodeport_range, (20000, 22767));
-        assert_eq!((cfg.snat_port_min, cfg.snat_port_max), (40000, 40999));
-    }
-
-    #[test]
-    fn device_patterns_and_acceleration_devices() {
-        let a = run_args(&["--devices=eth0,lxc+", "--acceleration-devices=eth0"]);
-        let (devs, accel) = a.packet.device_patterns().unwrap();
-        assert_eq!(
-            devs,
-            [
-                devices::Pattern::Exact("eth0".into()),
-                devices::Pattern::Prefix("lxc".into())
-            ]
-        );
-        assert_eq!(accel, [devices::Pattern::Exact("eth0".into())]);
-        let e = run_args(&["--devices=+"])
-            .packet
-            .device_patterns()
-            .unwrap_err();
-        assert!(e.to_string().contains("--devices"), "{e}");
-    }
-
-    #[test]
-    fn snat_range_is_validated_and_checked_for_overlap() {
-        for bad in [
-            "--snat-port-range=65000-61000",
-            "--snat-port-range=0-10",
-            "--snat-port-range=61000",
-            "--snat-port-range=61000-70000",
-        ] {
-            assert!(Cli::try_parse_from(["weir-agent", bad]).is_err(), "{bad}");
-        }
-    }
 
     #[tokio::test]
     async fn health_check_node_ports_can_be_left_to_kube_proxy() {
         let health = Arc::new(Health::new(std::time::Duration::from_secs(60)));
-        let on = run_args(&[]);
+        let on = cli::tests::run_args(&[]);
         assert!(on.health_check_node_ports);
         assert!(health_checks(&on, &health, healthcheck::Sink::default()).is_serving());
-        let off = run_args(&["--health-check-node-ports=false"]);
+        let off = cli::tests::run_args(&["--health-check-node-ports=false"]);
         assert!(!health_checks(&off, &health, healthcheck::Sink::default()).is_serving());
-    }
-
-    #[test]
-    fn zero_timeouts_are_refused_by_name() {
-        let e = run_args(&["--ct-timeout-tcp-fin=0s"])
-            .packet
-            .datapath_config()
-            .unwrap_err();
-        assert!(e.to_string().contains("--ct-timeout-tcp-fin"), "{e}");
     }
 }
