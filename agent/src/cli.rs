@@ -5,7 +5,10 @@ use std::path::PathBuf;
 
 use anyhow::{Context as _, Result};
 use clap::{Parser, Subcommand, ValueEnum};
-use weir_agent::datapath::{Acceleration, devices};
+use weir_agent::{
+    datapath::{Acceleration, devices},
+    model::LbAlgorithm,
+};
 
 /// Weir's node agent: replaces kube-proxy with eBPF socket load balancing.
 #[derive(Parser, Debug)]
@@ -137,6 +140,23 @@ pub(crate) struct PacketArgs {
     /// NodePort range.
     #[arg(long, value_name = "FROM-TO", default_value = "30000-32767", value_parser = parse_port_range)]
     pub(crate) nodeport_range: (u16, u16),
+    /// How the per-packet programs pick a backend for a new flow to a
+    /// NodePort, externalIP or LoadBalancer frontend: random, or maglev
+    /// (consistent hashing of the flow's addresses, ports and protocol,
+    /// so every node sends a flow to the same backend, and a backend change
+    /// moves few other flows). A Service's annotation
+    /// weir.dev/lb-algorithm: random|maglev overrides it. Sockets and
+    /// ClusterIP traffic always pick at random.
+    #[arg(long, value_enum, default_value_t = LbAlgorithmArg::Random)]
+    pub(crate) lb_algorithm: LbAlgorithmArg,
+    /// Positions in each Maglev table: a prime from 251 to 131071, about
+    /// 100 times the backends of the largest Service or more (each
+    /// backend's share of flows is then within about 1% of the others).
+    /// Every node must use the same size. A table takes 8 bytes a position
+    /// of kernel memory (the kernel rounds array values up to 8 bytes) per
+    /// Maglev frontend: 128 KiB at the default.
+    #[arg(long, value_name = "PRIME", default_value_t = weir_abi::maglev::DEFAULT_TABLE_SIZE, value_parser = parse_maglev_table_size)]
+    pub(crate) maglev_table_size: u32,
     /// XDP acceleration of NodePort/external traffic on --devices: native
     /// (required on every device), best-effort (where the driver supports it)
     /// or disabled.
@@ -160,6 +180,40 @@ pub(crate) struct PacketArgs {
     /// Capacity of each conntrack map (TCP, UDP); a flow takes two entries.
     #[arg(long, value_name = "N", default_value_t = weir_abi::DEFAULT_MAX_CT)]
     pub(crate) ct_max: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum LbAlgorithmArg {
+    Random,
+    Maglev,
+}
+
+impl From<LbAlgorithmArg> for LbAlgorithm {
+    fn from(a: LbAlgorithmArg) -> Self {
+        match a {
+            LbAlgorithmArg::Random => Self::Random,
+            LbAlgorithmArg::Maglev => Self::Maglev,
+        }
+    }
+}
+
+pub(crate) fn parse_maglev_table_size(s: &str) -> Result<u32, String> {
+    use weir_abi::maglev::{MAX_TABLE_SIZE, MIN_TABLE_SIZE};
+    let n: u32 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number"))?;
+    if !(MIN_TABLE_SIZE..=MAX_TABLE_SIZE).contains(&n) {
+        return Err(format!("{n} is outside {MIN_TABLE_SIZE}-{MAX_TABLE_SIZE}"));
+    }
+    // A prime, so that every backend's permutation visits every position.
+    if (2..)
+        .take_while(|d| d * d <= n)
+        .any(|d| n.is_multiple_of(d))
+    {
+        return Err(format!("{n} is not a prime (16381, 32749 and 65521 are)"));
+    }
+    Ok(n)
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -345,6 +399,30 @@ pub(crate) mod tests {
         assert_eq!(
             Acceleration::from(a.packet.acceleration),
             Acceleration::Disabled
+        );
+    }
+
+    #[test]
+    fn lb_algorithm_and_maglev_table_size() {
+        let a = run_args(&[]);
+        assert_eq!(
+            LbAlgorithm::from(a.packet.lb_algorithm),
+            LbAlgorithm::Random
+        );
+        assert_eq!(a.packet.maglev_table_size, 16_381);
+        let a = run_args(&["--lb-algorithm=maglev", "--maglev-table-size=65521"]);
+        assert_eq!(
+            LbAlgorithm::from(a.packet.lb_algorithm),
+            LbAlgorithm::Maglev
+        );
+        assert_eq!(a.packet.maglev_table_size, 65_521);
+        for bad in ["16383", "250", "131101", "x"] {
+            assert!(parse_maglev_table_size(bad).is_err(), "{bad}");
+        }
+        assert!(
+            parse_maglev_table_size("16383")
+                .unwrap_err()
+                .contains("not a prime")
         );
     }
 

@@ -17,7 +17,7 @@ use weir_agent::{
     healthcheck::{self, HealthChecks},
     inspect,
     maps::pinned::PinnedMaps,
-    model::NodeInfo,
+    model::{LbOptions, NodeInfo},
     node_addrs,
     reconciler::Reconciler,
     report::{Reports, events, lease},
@@ -322,6 +322,10 @@ async fn run_async(args: RunArgs, node: String) -> Result<()> {
         },
         StoreOptions {
             node_port_range: packet.nodeport_range.0..=packet.nodeport_range.1,
+            lb: LbOptions {
+                algorithm: packet.lb_algorithm.into(),
+                maglev_table_size: packet.maglev_table_size,
+            },
         },
     );
     let sink = healthcheck::Sink {

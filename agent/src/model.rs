@@ -410,6 +410,10 @@ pub struct DesiredFrontend {
     /// `loadBalancerSourceRanges` of the frontend's family; non-empty only on
     /// load-balancer frontends. Empty means every client is admitted.
     pub source_ranges: Vec<Cidr>,
+    /// The Maglev table size when new flows from outside pick by Maglev
+    /// (external frontends only; on an eTP=Local frontend only its
+    /// [`Scope::External`] view, the one packets pick from).
+    pub maglev: Option<u32>,
 }
 
 impl DesiredFrontend {
@@ -422,6 +426,7 @@ impl DesiredFrontend {
             local: false,
             affinity: None,
             source_ranges: Vec::new(),
+            maglev: None,
         }
     }
 }
@@ -541,6 +546,51 @@ pub struct ServiceSpec {
     pub health_check_node_port: Option<u16>,
     /// `sessionAffinity: ClientIP` timeout in seconds (1..=86400).
     pub affinity: Option<u32>,
+    /// The [`ANNOTATION_LB_ALGORITHM`] annotation, when it names one; the
+    /// agent's `--lb-algorithm` otherwise.
+    pub lb_algorithm: Option<LbAlgorithm>,
+}
+
+/// Per-Service override of `--lb-algorithm` for the external frontends.
+pub const ANNOTATION_LB_ALGORITHM: &str = "weir.dev/lb-algorithm";
+
+/// How the packet programs pick a backend for a new flow from outside.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum LbAlgorithm {
+    /// Uniformly at random among the usable backends.
+    #[default]
+    Random,
+    /// From the frontend's Maglev table: the same backend for a flow on
+    /// every node.
+    Maglev,
+}
+
+impl LbAlgorithm {
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "random" => Some(Self::Random),
+            "maglev" => Some(Self::Maglev),
+            _ => None,
+        }
+    }
+}
+
+/// The agent's load-balancing settings for external frontends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LbOptions {
+    /// `--lb-algorithm`: for Services without the annotation.
+    pub algorithm: LbAlgorithm,
+    /// `--maglev-table-size`: a prime.
+    pub maglev_table_size: u32,
+}
+
+impl Default for LbOptions {
+    fn default() -> Self {
+        Self {
+            algorithm: LbAlgorithm::Random,
+            maglev_table_size: weir_abi::maglev::DEFAULT_TABLE_SIZE,
+        }
+    }
 }
 
 impl ServiceSpec {

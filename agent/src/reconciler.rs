@@ -528,6 +528,7 @@ fn sizes(img: &FrontendImage) -> BTreeMap<MapName, u64> {
         (MapName::Backends, img.backends.len() as u64),
         (MapName::RevNat, u64::from(img.rev_nat_id != 0)),
         (MapName::SrcRanges, img.src_ranges.len() as u64),
+        (MapName::Maglev, u64::from(img.maglev.is_some())),
     ])
 }
 
@@ -557,6 +558,16 @@ fn held_by(
         img.src_ranges
             .extend(src.src_ranges.iter().filter(|r| s.src_ranges.contains(r)));
     }
+    // Which of the two tables the map holds, if either.
+    img.maglev = old
+        .and_then(|o| o.maglev.clone())
+        .into_iter()
+        .chain(written.maglev.clone())
+        .find(|t| {
+            s.maglev
+                .get(&t.rev_nat_id)
+                .is_some_and(|held| **held == *t.build())
+        });
     FrontendImage::from(img)
 }
 
@@ -576,6 +587,8 @@ fn apply_to_image(img: &mut ImageParts, op: &MapOp) {
         }
         MapOp::UpsertSrcRange(r) => drop(img.src_ranges.insert(r)),
         MapOp::DeleteSrcRange(r) => drop(img.src_ranges.remove(&r)),
+        MapOp::SetMaglev(ref t) => img.maglev = Some(t.clone()),
+        MapOp::DeleteMaglev(_) => img.maglev = None,
     }
 }
 

@@ -15,7 +15,8 @@ pub use frontends::{DesiredService, HealthCheck};
 
 use crate::hash::HashMap;
 use crate::model::{
-    DesiredFrontend, Frontend, NodeInfo, Protocol, ServiceId, ServiceSpec, SliceId, SliceSpec,
+    DesiredFrontend, Frontend, LbOptions, NodeInfo, Protocol, ServiceId, ServiceSpec, SliceId,
+    SliceSpec,
 };
 use crate::small_set::SmallSet;
 
@@ -50,6 +51,8 @@ pub struct StoreOptions {
     /// `--nodeport-range`: node ports outside it are refused, as the API
     /// server's `--service-node-port-range` would have.
     pub node_port_range: RangeInclusive<u16>,
+    /// `--lb-algorithm` and `--maglev-table-size`.
+    pub lb: LbOptions,
 }
 
 /// The API server's default `--service-node-port-range`.
@@ -59,6 +62,7 @@ impl Default for StoreOptions {
     fn default() -> Self {
         Self {
             node_port_range: DEFAULT_NODE_PORT_RANGE,
+            lb: LbOptions::default(),
         }
     }
 }
@@ -465,7 +469,7 @@ impl Store {
             .flatten()
             .filter_map(|s| self.slices.get(s).map(|s| &**s))
             .collect();
-        let mut desired = frontends::desired(svc, &slices, &self.node);
+        let mut desired = frontends::desired(svc, &slices, &self.node, &self.options.lb);
         let (kept, refused) = self.settle_frontends(svc, desired.frontends);
         desired.frontends = kept;
         desired.refused = refused;

@@ -2,8 +2,9 @@
 //! sequences) for a few frontends, applied to the fake maps the unit tests use.
 //! Oracles: `planner::check` (make-before-break order; every reader racing a
 //! plan reaches an old or new backend and never finds the frontend empty), the
-//! other frontends stay untouched, the result serves exactly the new backends,
-//! and `restore` reads back what the planner thinks the maps hold.
+//! other frontends stay untouched, the result serves exactly the new backends
+//! (through its Maglev table too, when it has one), and `restore` reads back
+//! what the planner thinks the maps hold.
 #![no_main]
 
 use std::{
@@ -28,6 +29,7 @@ enum Op {
         kind: u8,
         local: bool,
         affinity: Option<u32>,
+        maglev: bool,
         ranges: Vec<(u8, u8)>,
         backends: Vec<(u8, bool, u8)>,
     },
@@ -78,6 +80,7 @@ fn desired(fe: Frontend, op: &Op) -> Option<DesiredFrontend> {
         kind,
         local,
         affinity,
+        maglev,
         ranges,
         backends: raw,
         ..
@@ -114,6 +117,8 @@ fn desired(fe: Frontend, op: &Op) -> Option<DesiredFrontend> {
         local: *local,
         affinity: affinity.map(|a| a % 86_400 + 1),
         source_ranges,
+        // The smallest size: the fake builds every table it is given.
+        maglev: maglev.then_some(251),
         ..DesiredFrontend::plain(fe, Vec::new())
     })
 }
@@ -133,6 +138,7 @@ const ROOMY: Capacity = Capacity {
     backends: 4096,
     revnat: 4096,
     src_ranges: 4096,
+    maglev: 4096,
 };
 
 fuzz_target!(|ops: Vec<Op>| {
@@ -179,6 +185,19 @@ fuzz_target!(|ops: Vec<Op>| {
                 got.is_subset(&want),
                 "{ctx}: reached {got:?}, want {want:?}"
             );
+            // A Maglev table spreads new flows over exactly those backends.
+            let master = maps.state.services[&service_key(fe, 0)];
+            if master.flags & weir_abi::SVC_F_MAGLEV != 0 {
+                let addr = service_key(fe, 0).addr;
+                let by_table: BTreeSet<check::Endpoint> = (0..master.backend_id)
+                    .map(|h| {
+                        let p = weir_abi::pick::maglev_backend(&maps.state, &master, &addr, h)
+                            .unwrap_or_else(|| panic!("{ctx}: position {h} has no backend"));
+                        check::endpoint(&maps.state.backends[&p.backend_id])
+                    })
+                    .collect();
+                assert_eq!(by_table, want, "{ctx}: the table's backends");
+            }
         }
 
         for op in &p.ops {

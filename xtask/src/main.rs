@@ -34,7 +34,7 @@ enum Command {
     /// Build Weir and run weir-kubelet standalone on a private containerd: a static
     /// pod Running with its IP, then reached through a ClusterIP.
     DemoKubelet,
-    /// Benchmarks that print tables: `cargo xtask bench datapath|scale|kubelet`
+    /// Benchmarks that print tables: `cargo xtask bench datapath|scale|kubelet|maglev`
     /// (`cargo xtask bench --help` lists their options).
     #[command(disable_help_flag = true)]
     Bench {
@@ -82,6 +82,16 @@ fn main() -> anyhow::Result<()> {
         Command::DemoKubelet => {
             setup::run()?;
             util::lab(&["demo-kubelet"])
+        }
+        Command::Bench { args } if args.first().is_some_and(|a| a == "maglev") => {
+            setup::run()?;
+            // A table's cost is the agent's own code: its bench target, not the lab.
+            util::exec(
+                util::cargo()
+                    .current_dir(util::root())
+                    .args(["bench", "-p", "weir-agent", "--bench", "maglev", "--"])
+                    .args(&args[1..]),
+            )
         }
         Command::Bench { args } => {
             setup::run()?;

@@ -18,6 +18,7 @@ fn controller(reports: Reports) -> Controller<FakeMaps> {
         backends: 64,
         revnat: 64,
         src_ranges: 64,
+        maglev: 64,
     };
     let rec = Reconciler::restore(FakeMaps::new(cap)).unwrap();
     let node = NodeInfo {
@@ -260,6 +261,7 @@ fn strict(services: u32, maps: impl FnOnce(&mut FakeMaps)) -> Controller<FakeMap
         backends: 64,
         revnat: 64,
         src_ranges: 64,
+        maglev: 64,
     });
     maps(&mut fake);
     let node = NodeInfo {

@@ -190,6 +190,7 @@ impl Datapath {
                 weir_abi::MAP_SOCK_PICKS,
                 pins.maps().join(weir_abi::MAP_SOCK_PICKS),
             )
+            .map_pin_path(weir_abi::MAP_MAGLEV, pins.maps().join(weir_abi::MAP_MAGLEV))
             .load(PROGRAMS)
             .map_err(LoadError::Load)?;
 
@@ -301,7 +302,7 @@ pub(super) fn fs_magic(path: &Path) -> Option<i64> {
 
 /// Key size, value size and requested capacity (where a flag sets it) of
 /// every map, as this build's ABI lays them out.
-fn expected_layouts(opts: &LoadOptions) -> [(&'static str, usize, usize, Option<u32>); 11] {
+fn expected_layouts(opts: &LoadOptions) -> [(&'static str, usize, usize, Option<u32>); 12] {
     use std::mem::size_of;
 
     use weir_abi::{
@@ -335,6 +336,8 @@ fn expected_layouts(opts: &LoadOptions) -> [(&'static str, usize, usize, Option<
         ),
         // Socket storage: keyed by a socket fd, sized by the sockets.
         (weir_abi::MAP_SOCK_PICKS, 4, size_of::<SockPicks>(), None),
+        // Rev-NAT id → the id of an inner array (the table).
+        (weir_abi::MAP_MAGLEV, 4, 4, None),
         (
             weir_abi::MAP_CT_TCP,
             size_of::<CtKey>(),
@@ -439,6 +442,7 @@ mod tests {
             weir_abi::MAP_REVNAT,
             weir_abi::MAP_REVSOCK,
             weir_abi::MAP_SOCK_PICKS,
+            weir_abi::MAP_MAGLEV,
             weir_abi::MAP_CT_TCP,
             weir_abi::MAP_CT_UDP,
             weir_abi::MAP_AFFINITY,

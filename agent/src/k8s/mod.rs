@@ -93,6 +93,10 @@ pub enum Problem {
     AffinityTimeoutOutOfRange { value: i64 },
     #[error("{value:?} is not a valid CIDR (address/prefix length)")]
     InvalidCidr { value: String },
+    #[error(
+        "unknown load-balancing algorithm {value:?} (expected random or maglev); the agent's --lb-algorithm applies"
+    )]
+    UnknownLbAlgorithm { value: String },
 }
 
 /// Why a whole object was rejected: every field problem found, at once.

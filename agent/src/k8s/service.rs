@@ -6,7 +6,10 @@ use super::{
     Converted, FieldError, LABEL_SERVICE_PROXY_NAME, ObjectError, Problem, external, port,
     protocol, traffic_policy,
 };
-use crate::model::{IpFamily, ServiceId, ServicePortSpec, ServiceSpec, ServiceType, TrafficPolicy};
+use crate::model::{
+    ANNOTATION_LB_ALGORITHM, IpFamily, LbAlgorithm, ServiceId, ServicePortSpec, ServiceSpec,
+    ServiceType, TrafficPolicy,
+};
 
 /// Converts a Service. Services that a kube-proxy would not program (headless,
 /// ExternalName, owned by another proxy) convert to a spec with no cluster IP,
@@ -102,6 +105,7 @@ pub fn service(svc: &Service) -> Result<Converted<ServiceSpec>, ObjectError> {
     };
     let source_ranges = external::source_ranges(svc, &mut errors);
     let affinity = external::affinity(spec, &mut errors);
+    let lb_algorithm = lb_algorithm(svc, &mut warnings);
 
     if !errors.is_empty() {
         return Err(ObjectError { errors });
@@ -124,6 +128,7 @@ pub fn service(svc: &Service) -> Result<Converted<ServiceSpec>, ObjectError> {
             source_ranges: source_ranges.into(),
             health_check_node_port,
             affinity,
+            lb_algorithm,
         },
         warnings,
     })
@@ -306,4 +311,24 @@ fn parse_ports(
         }
     }
     ports
+}
+
+/// The [`ANNOTATION_LB_ALGORITHM`] override. An unknown value is a warning,
+/// not a refusal: the Service keeps working with the agent's default.
+fn lb_algorithm(svc: &Service, warnings: &mut Vec<FieldError>) -> Option<LbAlgorithm> {
+    let value = svc
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(ANNOTATION_LB_ALGORITHM)?;
+    let parsed = LbAlgorithm::parse(value.trim());
+    if parsed.is_none() {
+        warnings.push(FieldError::new(
+            format!("metadata.annotations[{ANNOTATION_LB_ALGORITHM}]"),
+            Problem::UnknownLbAlgorithm {
+                value: value.clone(),
+            },
+        ));
+    }
+    parsed
 }

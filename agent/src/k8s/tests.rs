@@ -459,3 +459,26 @@ fn endpoint_node_and_hints_are_kept() {
         e[1].meta.as_ref().unwrap()
     ));
 }
+
+#[test]
+fn the_lb_algorithm_annotation_overrides_and_a_bad_one_only_warns() {
+    use crate::model::{ANNOTATION_LB_ALGORITHM, LbAlgorithm};
+    let with = |value: &str| {
+        let mut v = good_service();
+        v["metadata"]["annotations"] = json!({ ANNOTATION_LB_ALGORITHM: value });
+        service(&svc(v)).unwrap()
+    };
+    assert_eq!(
+        service(&svc(good_service())).unwrap().value.lb_algorithm,
+        None
+    );
+    assert_eq!(with("maglev").value.lb_algorithm, Some(LbAlgorithm::Maglev));
+    assert_eq!(with("random").value.lb_algorithm, Some(LbAlgorithm::Random));
+    let c = with("ring-hash");
+    assert_eq!(c.value.lb_algorithm, None, "the agent's default applies");
+    assert_eq!(
+        fields_of(&c.warnings),
+        ["metadata.annotations[weir.dev/lb-algorithm]"]
+    );
+    assert!(c.warnings[0].to_string().contains("\"ring-hash\""));
+}

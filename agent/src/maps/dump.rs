@@ -35,6 +35,9 @@ pub fn render(s: &Snapshot) -> String {
             if v.affinity_timeout != 0 {
                 let _ = write!(out, " affinity={}s", v.affinity_timeout);
             }
+            if v.backend_id != 0 {
+                let _ = write!(out, " table={}", v.backend_id);
+            }
             out.push('\n');
         } else {
             let _ = writeln!(
@@ -65,6 +68,21 @@ pub fn render(s: &Snapshot) -> String {
             .map_or_else(|| format!("?/{}", r.prefix_len), |c| c.to_string());
         let _ = writeln!(out, "srcrng  revnat={} {range}", r.rev_nat_id());
     }
+    // A table as the positions each backend holds: the whole table would
+    // be thousands of lines, and its shares are what a reader checks.
+    for (id, t) in &s.maglev {
+        let mut shares = std::collections::BTreeMap::<u32, usize>::new();
+        for b in t.iter() {
+            *shares.entry(*b).or_default() += 1;
+        }
+        let shares: Vec<String> = shares.iter().map(|(b, n)| format!("{b}:{n}")).collect();
+        let _ = writeln!(
+            out,
+            "maglev  revnat={id} size={} {}",
+            t.len(),
+            shares.join(" ")
+        );
+    }
     for (id, r) in &s.revnat {
         let _ = writeln!(
             out,
@@ -90,6 +108,7 @@ fn flag_names(flags: u16) -> String {
         (weir_abi::SVC_F_LOCAL, "local"),
         (weir_abi::SVC_F_AFFINITY, "affinity"),
         (weir_abi::SVC_F_SRC_RANGES, "src-ranges"),
+        (weir_abi::SVC_F_MAGLEV, "maglev"),
     ];
     let mut out: Vec<String> = names
         .iter()

@@ -57,6 +57,10 @@ impl pick::LbMapsView for Snapshot {
     fn backend(&self, id: u32) -> Option<Backend> {
         self.backends.get(&id).copied()
     }
+
+    fn maglev(&self, rev_nat_id: u32, index: u32) -> Option<u32> {
+        self.maglev.get(&rev_nat_id)?.get(index as usize).copied()
+    }
 }
 
 impl FakeMaps {
@@ -120,32 +124,40 @@ impl LbMaps for FakeMaps {
             *n -= 1;
         }
         let cap = self.capacity.of(op.map());
-        match *op {
+        match op {
             MapOp::UpsertService(k, v) => {
-                insert(&mut self.state.services, k, v, cap, MapName::Services)?
+                insert(&mut self.state.services, *k, *v, cap, MapName::Services)?
             }
             MapOp::UpsertBackend(k, v) => {
-                insert(&mut self.state.backends, k, v, cap, MapName::Backends)?
+                insert(&mut self.state.backends, *k, *v, cap, MapName::Backends)?
             }
             MapOp::UpsertRevNat(k, v) => {
-                insert(&mut self.state.revnat, k, v, cap, MapName::RevNat)?
+                insert(&mut self.state.revnat, *k, *v, cap, MapName::RevNat)?
             }
-            MapOp::DeleteService(k) => drop(self.state.services.remove(&k)),
-            MapOp::DeleteBackend(k) => drop(self.state.backends.remove(&k)),
-            MapOp::DeleteRevNat(k) => drop(self.state.revnat.remove(&k)),
+            MapOp::DeleteService(k) => drop(self.state.services.remove(k)),
+            MapOp::DeleteBackend(k) => drop(self.state.backends.remove(k)),
+            MapOp::DeleteRevNat(k) => drop(self.state.revnat.remove(k)),
             MapOp::UpsertSrcRange(r) => {
                 let ranges = &mut self.state.src_ranges;
-                if !ranges.contains(&r) && ranges.len() >= cap as usize {
+                if !ranges.contains(r) && ranges.len() >= cap as usize {
                     return Err(MapError::Full {
                         map: MapName::SrcRanges,
                         capacity: cap,
                     });
                 }
-                ranges.insert(r);
+                ranges.insert(*r);
             }
-            MapOp::DeleteSrcRange(r) => drop(self.state.src_ranges.remove(&r)),
+            MapOp::DeleteSrcRange(r) => drop(self.state.src_ranges.remove(r)),
+            MapOp::SetMaglev(t) => insert(
+                &mut self.state.maglev,
+                t.rev_nat_id,
+                t.build().into(),
+                cap,
+                MapName::Maglev,
+            )?,
+            MapOp::DeleteMaglev(id) => drop(self.state.maglev.remove(id)),
         }
-        self.log.push(*op);
+        self.log.push(op.clone());
         Ok(())
     }
 

@@ -4,6 +4,7 @@
 pub mod batch;
 pub mod dump;
 pub mod fake;
+pub mod maglev;
 pub mod pinned;
 
 use std::net::IpAddr;
@@ -11,10 +12,10 @@ use std::{collections::BTreeMap, fmt, io};
 
 use weir_abi::{Addr, Backend, RevNat, ServiceKey, ServiceValue, SrcRangeKey};
 
-use crate::model::Cidr;
+use crate::{model::Cidr, planner::maglev::TableSpec};
 
 /// One write to one map.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum MapOp {
     UpsertBackend(u32, Backend),
     UpsertRevNat(u32, RevNat),
@@ -24,6 +25,10 @@ pub enum MapOp {
     DeleteService(ServiceKey),
     UpsertSrcRange(SrcRange),
     DeleteSrcRange(SrcRange),
+    /// Builds the table and swaps it in for its rev-NAT id.
+    SetMaglev(std::sync::Arc<TableSpec>),
+    /// Removes the table of a rev-NAT id.
+    DeleteMaglev(u32),
 }
 
 impl MapOp {
@@ -33,6 +38,7 @@ impl MapOp {
             Self::UpsertRevNat(..) | Self::DeleteRevNat(_) => MapName::RevNat,
             Self::UpsertService(..) | Self::DeleteService(_) => MapName::Services,
             Self::UpsertSrcRange(_) | Self::DeleteSrcRange(_) => MapName::SrcRanges,
+            Self::SetMaglev(_) | Self::DeleteMaglev(_) => MapName::Maglev,
         }
     }
 }
@@ -44,14 +50,16 @@ pub enum MapName {
     Backends,
     RevNat,
     SrcRanges,
+    Maglev,
 }
 
 impl MapName {
-    pub const ALL: [Self; 4] = [
+    pub const ALL: [Self; 5] = [
         Self::Services,
         Self::Backends,
         Self::RevNat,
         Self::SrcRanges,
+        Self::Maglev,
     ];
 
     /// The pin name, which is also what users see in errors.
@@ -61,6 +69,7 @@ impl MapName {
             Self::Backends => weir_abi::MAP_BACKENDS,
             Self::RevNat => weir_abi::MAP_REVNAT,
             Self::SrcRanges => weir_abi::MAP_SRC_RANGES,
+            Self::Maglev => weir_abi::MAP_MAGLEV,
         }
     }
 }
@@ -78,6 +87,8 @@ pub struct Capacity {
     pub backends: u32,
     pub revnat: u32,
     pub src_ranges: u32,
+    /// Frontends with a Maglev table.
+    pub maglev: u32,
 }
 
 impl Capacity {
@@ -87,6 +98,7 @@ impl Capacity {
             MapName::Backends => self.backends,
             MapName::RevNat => self.revnat,
             MapName::SrcRanges => self.src_ranges,
+            MapName::Maglev => self.maglev,
         }
     }
 }
@@ -98,6 +110,8 @@ pub struct Snapshot {
     pub backends: BTreeMap<u32, Backend>,
     pub revnat: BTreeMap<u32, RevNat>,
     pub src_ranges: std::collections::BTreeSet<SrcRange>,
+    /// Maglev tables by rev-NAT id: position → backend id.
+    pub maglev: BTreeMap<u32, std::sync::Arc<[u32]>>,
 }
 
 /// One entry of the source-range trie: a prefix of `(rev_nat_id, address)`.

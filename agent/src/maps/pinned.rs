@@ -10,13 +10,17 @@ use weir_abi::{Backend, RevNat, ServiceKey, ServiceValue, SrcRangeKey};
 
 use crate::parallel::both;
 
-use super::{Capacity, LbMaps, MapError, MapName, MapOp, Snapshot, SrcRange, batch::Batch};
+use super::{
+    Capacity, LbMaps, MapError, MapName, MapOp, Snapshot, SrcRange, batch::Batch,
+    maglev::MaglevTables,
+};
 
 pub struct PinnedMaps {
     services: HashMap<MapData, ServiceKey, ServiceValue>,
     backends: HashMap<MapData, u32, Backend>,
     revnat: HashMap<MapData, u32, RevNat>,
     src_ranges: LpmTrie<MapData, SrcRangeKey, u8>,
+    maglev: MaglevTables,
     batches: Batches,
     /// The kernel takes batch commands (5.6 and later); cleared at the
     /// first refusal, after which runs are written one element at a time.
@@ -68,7 +72,10 @@ const fn run_of(op: &MapOp) -> Run {
         MapOp::DeleteBackend(_) => Run::DeleteBackend,
         MapOp::UpsertRevNat(..) => Run::UpsertRevNat,
         MapOp::DeleteRevNat(_) => Run::DeleteRevNat,
-        MapOp::UpsertSrcRange(_) | MapOp::DeleteSrcRange(_) => Run::Single,
+        MapOp::UpsertSrcRange(_)
+        | MapOp::DeleteSrcRange(_)
+        | MapOp::SetMaglev(_)
+        | MapOp::DeleteMaglev(_) => Run::Single,
     }
 }
 
@@ -83,11 +90,14 @@ impl PinnedMaps {
             map: MapName::SrcRanges,
             source: to_io(e),
         })?;
+        let maglev = MaglevTables::open(dir)?;
+        let m = maglev.capacity;
         Ok(Self {
             services,
             backends,
             revnat,
             src_ranges,
+            maglev,
             batches: Batches {
                 services: Batch::new(services_fd),
                 backends: Batch::new(backends_fd),
@@ -99,6 +109,7 @@ impl PinnedMaps {
                 backends: b,
                 revnat: r,
                 src_ranges: sr,
+                maglev: m,
             },
         })
     }
@@ -145,6 +156,13 @@ impl LbMaps for PinnedMaps {
             MapOp::DeleteRevNat(k) => absent_ok(self.revnat.remove(k)),
             MapOp::UpsertSrcRange(r) => self.src_ranges.insert(&lpm_key(r), 1u8, 0),
             MapOp::DeleteSrcRange(r) => absent_ok(self.src_ranges.remove(&lpm_key(r))),
+            MapOp::SetMaglev(t) => {
+                return self.maglev.set(t).map_err(|e| match e {
+                    MapError::Write { map, source } => self.write_error(map, source),
+                    other => other,
+                });
+            }
+            MapOp::DeleteMaglev(id) => return self.maglev.remove(*id),
         };
         res.map_err(|e| self.write_error(op.map(), to_io(e)))
     }
@@ -193,6 +211,7 @@ impl LbMaps for PinnedMaps {
                     })
                 })
                 .collect::<Result<_, _>>()?,
+            maglev: self.maglev.read_all()?,
         })
     }
 

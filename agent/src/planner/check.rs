@@ -15,17 +15,19 @@ use crate::{
 /// Position of an op in make-before-break order.
 pub fn phase(op: &MapOp) -> u8 {
     match op {
-        MapOp::UpsertBackend(_, b) if b.state == weir_abi::BACKEND_STATE_DRAINING => 7,
+        MapOp::UpsertBackend(_, b) if b.state == weir_abi::BACKEND_STATE_DRAINING => 8,
         MapOp::UpsertBackend(..) => 0,
         MapOp::UpsertRevNat(..) => 1,
         MapOp::UpsertSrcRange(_) => 2,
         MapOp::UpsertService(k, _) if k.slot != 0 => 3,
-        MapOp::UpsertService(..) => 4,
-        MapOp::DeleteService(k) if k.slot == 0 => 5,
-        MapOp::DeleteService(_) => 6,
-        MapOp::DeleteBackend(_) => 8,
-        MapOp::DeleteSrcRange(_) => 9,
-        MapOp::DeleteRevNat(_) => 10,
+        MapOp::SetMaglev(_) => 4,
+        MapOp::UpsertService(..) => 5,
+        MapOp::DeleteService(k) if k.slot == 0 => 6,
+        MapOp::DeleteService(_) => 7,
+        MapOp::DeleteMaglev(_) => 9,
+        MapOp::DeleteBackend(_) => 10,
+        MapOp::DeleteSrcRange(_) => 11,
+        MapOp::DeleteRevNat(_) => 12,
     }
 }
 

@@ -1,12 +1,18 @@
-use std::collections::{BTreeMap, BTreeSet};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::Arc,
+};
 
 use weir_abi::{
     Addr, BACKEND_STATE_ACTIVE, BACKEND_STATE_DRAINING, BACKEND_STATE_TERMINATING, Backend, RevNat,
-    SVC_F_AFFINITY, SVC_F_EXTERNAL, SVC_F_LOCAL, SVC_F_NODEPORT, SVC_F_SRC_RANGES, ServiceKey,
-    ServiceValue,
+    SVC_F_AFFINITY, SVC_F_EXTERNAL, SVC_F_LOCAL, SVC_F_MAGLEV, SVC_F_NODEPORT, SVC_F_SRC_RANGES,
+    ServiceKey, ServiceValue,
 };
 
-use super::{Allocated, Backends, Ids, Slots};
+use super::{
+    Allocated, Backends, Ids, Slots,
+    maglev::{self, TableSpec},
+};
 use crate::hash::HashMap;
 use crate::{
     maps::SrcRange,
@@ -24,6 +30,8 @@ pub struct FrontendImage {
     pub backends: Backends,
     /// Source-range trie entries, all keyed by `rev_nat_id`.
     pub src_ranges: BTreeSet<SrcRange>,
+    /// The Maglev table under `rev_nat_id`, as written.
+    pub maglev: Option<Arc<TableSpec>>,
 }
 
 /// A [`FrontendImage`] laid out for editing entry by entry: restoring one
@@ -35,6 +43,7 @@ pub struct ImageParts {
     pub services: BTreeMap<u16, ServiceValue>,
     pub backends: BTreeMap<u32, Backend>,
     pub src_ranges: BTreeSet<SrcRange>,
+    pub maglev: Option<Arc<TableSpec>>,
 }
 
 impl From<ImageParts> for FrontendImage {
@@ -45,6 +54,7 @@ impl From<ImageParts> for FrontendImage {
             services: Slots::from_map(p.services),
             backends: Backends::from_map(p.backends),
             src_ranges: p.src_ranges,
+            maglev: p.maglev,
         }
     }
 }
@@ -57,6 +67,7 @@ impl FrontendImage {
             services: self.services.to_map(),
             backends: self.backends.to_map(),
             src_ranges: self.src_ranges.clone(),
+            maglev: self.maglev.clone(),
         }
     }
 
@@ -164,7 +175,16 @@ impl FrontendImage {
         if !image.src_ranges.is_empty() {
             flags |= SVC_F_SRC_RANGES;
         }
+        // A table only with something to spread over: the flag promises the
+        // datapath a table.
+        let table_size = desired
+            .maglev
+            .filter(|_| count + qcount > 0 && desired.kind.is_external());
+        if table_size.is_some() {
+            flags |= SVC_F_MAGLEV;
+        }
         let master = ServiceValue {
+            backend_id: table_size.unwrap_or(0),
             count,
             qcount,
             rev_nat_id,
@@ -173,6 +193,7 @@ impl FrontendImage {
             ..ServiceValue::default()
         };
         image.services = Slots::plain(Some(master), rev_nat_id, slots);
+        image.maglev = maglev::wanted(&image).map(Arc::new);
         image
     }
 }

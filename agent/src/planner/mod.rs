@@ -5,14 +5,15 @@
 //! Order, per frontend:
 //! 1. upsert new or changed backends, the rev-NAT entry and new source ranges
 //!    (a master that turns `SVC_F_SRC_RANGES` on must find its ranges);
-//! 2. upsert slots `1..`;
+//! 2. upsert slots `1..`, then write a new Maglev table if the frontend's
+//!    members changed (a whole new table swapped in by one update);
 //! 3. upsert the master (slot 0), which switches readers to the new slots;
 //! 4. prune: a deleted frontend's master first, then slots beyond the new counts,
 //!    then backends that turn draining (`BACKEND_STATE_DRAINING`: kept, in no
 //!    slot, for the flows conntrack tracks to them; the datapath never picks
-//!    one for anything new), then backends, source ranges and rev-NAT entries
-//!    nothing points at any more (the master no longer asks for a range
-//!    before it goes).
+//!    one for anything new), then a Maglev table no master asks for, then
+//!    backends, source ranges and rev-NAT entries nothing points at any more
+//!    (the master no longer asks for a range before it goes).
 //!
 //! A reader that loaded the old master can still find every slot and backend it
 //! names until step 4, and the datapath re-reads the master when a slot vanished
@@ -24,6 +25,7 @@ pub mod check;
 mod compact;
 mod ids;
 mod image;
+pub mod maglev;
 mod restore;
 
 use std::collections::BTreeMap;
@@ -109,6 +111,12 @@ pub fn diff(
             ops.push(MapOp::UpsertService(service_key(frontend, slot), v));
         }
     }
+    let (old_table, new_table) = (&old.maglev, &new_img.maglev);
+    if let Some(t) = new_table
+        && old_table.as_deref() != Some(&**t)
+    {
+        ops.push(MapOp::SetMaglev(t.clone()));
+    }
     if let Some(master) = new_img.services.get(0)
         && old.services.get(0) != Some(master)
     {
@@ -127,6 +135,13 @@ pub fn diff(
         if draining(&b) && old.backends.get(id) != Some(b) {
             ops.push(MapOp::UpsertBackend(id, b));
         }
+    }
+    if let Some(t) = old_table
+        && new_table
+            .as_ref()
+            .is_none_or(|n| n.rev_nat_id != t.rev_nat_id)
+    {
+        ops.push(MapOp::DeleteMaglev(t.rev_nat_id));
     }
     for id in old.backends.ids() {
         if !new_img.backends.contains(id) {
@@ -165,11 +180,14 @@ pub fn growth(
             .count();
         let revnat = usize::from(new.rev_nat_id != old.rev_nat_id);
         let src_ranges = new.src_ranges.difference(&old.src_ranges).count();
+        let table = |i: &FrontendImage| i.maglev.as_ref().map(|t| t.rev_nat_id);
+        let maglev = usize::from(table(new).is_some() && table(new) != table(old));
         for (map, n) in [
             (MapName::Services, services),
             (MapName::Backends, backends),
             (MapName::RevNat, revnat),
             (MapName::SrcRanges, src_ranges),
+            (MapName::Maglev, maglev),
         ] {
             if n > 0 {
                 g.insert(map, u32::try_from(n).unwrap_or(u32::MAX));

@@ -5,7 +5,7 @@ use std::{
     net::IpAddr,
 };
 
-use super::{FrontendImage, Ids, ImageParts};
+use super::{FrontendImage, Ids, ImageParts, maglev};
 use crate::{
     maps::{MapOp, Snapshot},
     model::{Frontend, Protocol, Scope},
@@ -99,10 +99,33 @@ pub fn restore(s: &Snapshot) -> Restored {
         }
     }
 
+    // A table is the image's only if it is exactly what the image's master
+    // and slots call for (an agent stopped between writing a table and its
+    // master leaves one that is not). Any other table is an orphan, deleted
+    // before the first sync writes the right one; until then the datapath
+    // picks at random for that frontend.
+    let mut claimed_tables = BTreeSet::new();
+    for p in parts.values_mut() {
+        if p.services.get(&0).and_then(maglev::size_of).is_none() {
+            continue;
+        }
+        let Some(spec) = maglev::wanted(&FrontendImage::from(p.clone())) else {
+            continue;
+        };
+        if let Some(t) = s.maglev.get(&spec.rev_nat_id)
+            && **t == *spec.build()
+        {
+            claimed_tables.insert(spec.rev_nat_id);
+            p.maglev = Some(std::sync::Arc::new(spec));
+        }
+    }
     out.images = parts
         .into_iter()
         .map(|(fe, p)| (fe, FrontendImage::from(p)))
         .collect();
+    for &id in s.maglev.keys().filter(|id| !claimed_tables.contains(*id)) {
+        out.orphans.push(MapOp::DeleteMaglev(id));
+    }
 
     for k in s.services.keys().filter(|k| !claimed_slots.contains(*k)) {
         out.orphans.push(MapOp::DeleteService(*k));

@@ -10,10 +10,7 @@ use std::{
 
 use weir_abi::{Addr, RevNat, ServiceKey, ServiceValue};
 
-use super::{
-    check::{assert_phases, phase},
-    *,
-};
+use super::{check::assert_phases, *};
 use crate::{
     maps::{Capacity, LbMaps as _, MapOp, Snapshot, dump, fake::FakeMaps},
     model::{Backend, BackendState, DesiredFrontend, Frontend, Protocol},
@@ -24,6 +21,7 @@ const ROOMY: Capacity = Capacity {
     backends: 4096,
     revnat: 4096,
     src_ranges: 4096,
+    maglev: 4096,
 };
 
 fn vip(last: u8, port: u16, proto: Protocol) -> Frontend {
@@ -155,6 +153,8 @@ fn short(ops: &[MapOp]) -> Vec<String> {
             MapOp::DeleteRevNat(id) => format!("R-{id}"),
             MapOp::UpsertSrcRange(r) => format!("L+{}", cidr_of(r)),
             MapOp::DeleteSrcRange(r) => format!("L-{}", cidr_of(r)),
+            MapOp::SetMaglev(t) => format!("T+{}", t.rev_nat_id),
+            MapOp::DeleteMaglev(id) => format!("T-{id}"),
         })
         .collect()
 }
@@ -188,6 +188,8 @@ fn render_op(op: &MapOp) -> String {
         MapOp::DeleteSrcRange(r) => {
             return format!("delete srcrng  revnat={} {}", r.rev_nat_id(), cidr_of(&r));
         }
+        MapOp::SetMaglev(ref t) => drop(one.maglev.insert(t.rev_nat_id, t.build().into())),
+        MapOp::DeleteMaglev(id) => return format!("delete maglev  revnat={id}"),
     }
     format!("upsert {}", dump::render(&one).trim_end())
 }
@@ -629,3 +631,4 @@ fn restore_lists_orphans_and_reserves_their_ids() {
 
 mod external;
 mod invariant;
+mod maglev;

@@ -84,6 +84,7 @@ const ROOMY: Capacity = Capacity {
     backends: 1024,
     revnat: 1024,
     src_ranges: 1024,
+    maglev: 1024,
 };
 
 fn new(capacity: Capacity) -> (Reconciler<Shared>, Shared) {
@@ -187,7 +188,7 @@ fn map_full_names_the_service_and_map_and_only_refuses_its_new_frontends() {
             MapName::Services => (4, 3),
             MapName::Backends => (3, 2),
             MapName::RevNat => (1, 1),
-            MapName::SrcRanges => unreachable!("not in this test's list"),
+            MapName::SrcRanges | MapName::Maglev => unreachable!("not in this test's list"),
         };
         match &err {
             ReconcileError::MapFull {

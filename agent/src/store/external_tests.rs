@@ -331,6 +331,7 @@ fn node_port_outside_the_range_rejects_only_that_service() {
         node(),
         StoreOptions {
             node_port_range: 31_000..=31_999,
+            ..StoreOptions::default()
         },
     );
     let mut dirty = BTreeSet::new();
@@ -642,4 +643,66 @@ fn draining_endpoints_stay_with_the_scopes_they_served_and_never_count_as_local(
     );
     // A draining local endpoint is no reason for the LB to send traffic here.
     assert_eq!(d.health_check.unwrap().local_endpoints, 0);
+}
+
+#[test]
+fn maglev_tables_go_where_packets_from_outside_pick() {
+    let table = |store: &Store| -> Vec<(FrontendKind, Scope, Option<u32>)> {
+        let mut v: Vec<_> = store
+            .desired(&ServiceId::new("default", "web"))
+            .unwrap()
+            .frontends
+            .iter()
+            .filter(|d| IpFamily::of(&d.frontend.addr) == IpFamily::V4)
+            .map(|d| (d.kind, d.frontend.scope, d.maglev))
+            .collect();
+        v.sort_by_key(|(k, s, _)| (*k as u8, *s as u8));
+        v
+    };
+    let lb_options = |algorithm| StoreOptions {
+        lb: LbOptions {
+            algorithm,
+            maglev_table_size: 509,
+        },
+        ..StoreOptions::default()
+    };
+    let store_with = |svc: ServiceSpec, options| {
+        let mut store = Store::with_options(node(), options);
+        store.apply(Change::service(svc), &mut BTreeSet::new());
+        store
+    };
+    use crate::model::LbAlgorithm::{Maglev, Random};
+    use FrontendKind::*;
+
+    // The agent's default, for every external frontend; never ClusterIP.
+    let s = store_with(lb("web", 30_080), lb_options(Maglev));
+    assert_eq!(
+        table(&s),
+        [
+            (ClusterIp, Scope::All, None),
+            (NodePort, Scope::All, Some(509)),
+            (ExternalIp, Scope::All, Some(509)),
+            (LoadBalancer, Scope::All, Some(509)),
+        ]
+    );
+    // The annotation wins, either way.
+    let off = ServiceSpec {
+        lb_algorithm: Some(Random),
+        ..lb("web", 30_080)
+    };
+    assert!(
+        table(&store_with(off, lb_options(Maglev)))
+            .iter()
+            .all(|t| t.2.is_none())
+    );
+    let on = ServiceSpec {
+        lb_algorithm: Some(Maglev),
+        external_policy: TrafficPolicy::Local,
+        ..lb("web", 30_080)
+    };
+    // eTP=Local: only the local view, which packets from outside use.
+    let s = store_with(on, lb_options(Random));
+    assert!(table(&s).contains(&(LoadBalancer, Scope::External, Some(509))));
+    assert!(table(&s).contains(&(LoadBalancer, Scope::All, None)));
+    assert!(table(&s).contains(&(NodePort, Scope::All, None)));
 }

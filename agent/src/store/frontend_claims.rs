@@ -25,7 +25,8 @@ use std::{collections::BTreeSet, net::IpAddr};
 use super::{Claim, Store, StoreError, frontends};
 use crate::hash::HashMap;
 use crate::model::{
-    DesiredFrontend, Frontend, FrontendKind, NodeInfo, Scope, ServiceId, ServiceSpec, ServiceType,
+    DesiredFrontend, Frontend, FrontendKind, LbOptions, NodeInfo, Scope, ServiceId, ServiceSpec,
+    ServiceType,
 };
 use crate::small_set::SmallSet;
 
@@ -45,7 +46,7 @@ pub(super) struct FrontendClaims {
 /// protocol), whether or not it is valid: what it claims. Not its node
 /// ports: the node-port claims settle those, with the chains they need.
 fn keys(svc: &ServiceSpec, node: &NodeInfo) -> BTreeSet<Frontend> {
-    frontends::desired(svc, &[], node)
+    frontends::desired(svc, &[], node, &LbOptions::default())
         .frontends
         .iter()
         .filter(|d| d.kind != FrontendKind::NodePort)
@@ -232,7 +233,7 @@ impl Store {
         if !ok {
             return false;
         }
-        let kind = frontends::desired(svc, &[], &self.node)
+        let kind = frontends::desired(svc, &[], &self.node, &LbOptions::default())
             .frontends
             .iter()
             .find(|d| d.frontend.in_scope(Scope::All) == fe)

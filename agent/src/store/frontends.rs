@@ -6,8 +6,8 @@
 use super::backends::{backends_for, candidates, local_ready};
 use crate::hash::HashSet;
 use crate::model::{
-    Backend, DesiredFrontend, Frontend, FrontendKind, IpFamily, NodeInfo, Scope, ServiceSpec,
-    ServiceType, SliceSpec, TrafficPolicy,
+    Backend, DesiredFrontend, Frontend, FrontendKind, IpFamily, LbAlgorithm, LbOptions, NodeInfo,
+    Scope, ServiceSpec, ServiceType, SliceSpec, TrafficPolicy,
 };
 
 /// What a Service should look like in the datapath and around it.
@@ -31,8 +31,15 @@ pub struct HealthCheck {
     pub local_endpoints: usize,
 }
 
-pub fn desired(svc: &ServiceSpec, slices: &[&SliceSpec], node: &NodeInfo) -> DesiredService {
+pub fn desired(
+    svc: &ServiceSpec,
+    slices: &[&SliceSpec],
+    node: &NodeInfo,
+    lb: &LbOptions,
+) -> DesiredService {
     let families = svc.families();
+    let maglev = (svc.lb_algorithm.unwrap_or(lb.algorithm) == LbAlgorithm::Maglev)
+        .then_some(lb.maglev_table_size);
     let mut out = Vec::new();
     let mut seen = HashSet::default();
     // eTP=Local only exists for externally accessible Services (the
@@ -76,6 +83,9 @@ pub fn desired(svc: &ServiceSpec, slices: &[&SliceSpec], node: &NodeInfo) -> Des
                     return;
                 }
                 let local = local && kind.is_external();
+                // Tables only where packets from outside pick: not ClusterIP,
+                // and not the all-endpoints view of an eTP=Local frontend.
+                let table = maglev.filter(|_| kind.is_external());
                 let d = DesiredFrontend {
                     frontend,
                     backends: backends.clone(),
@@ -91,6 +101,7 @@ pub fn desired(svc: &ServiceSpec, slices: &[&SliceSpec], node: &NodeInfo) -> Des
                     } else {
                         Vec::new()
                     },
+                    maglev: if local { None } else { table },
                 };
                 if local {
                     // Same flags, affinity and ranges; only this node's
@@ -99,6 +110,7 @@ pub fn desired(svc: &ServiceSpec, slices: &[&SliceSpec], node: &NodeInfo) -> Des
                     out.push(DesiredFrontend {
                         frontend: frontend.in_scope(Scope::External),
                         backends: local_only.clone(),
+                        maglev: table,
                         ..d.clone()
                     });
                 }

@@ -44,6 +44,7 @@
 //! lookup as any other frontend.
 #![no_std]
 
+pub mod maglev;
 pub mod pick;
 
 /// Pin name of the services map.
@@ -68,6 +69,9 @@ pub const MAP_SRC_RANGES: &str = "WEIR_SRC_RANGE";
 pub const MAP_CONFIG: &str = "WEIR_CONFIG";
 /// Pin name of the per-CPU packet counters.
 pub const MAP_STATS: &str = "WEIR_STATS";
+/// Pin name of the Maglev tables: a hash of maps from a frontend's rev-NAT
+/// id to its lookup table (see [`maglev`]).
+pub const MAP_MAGLEV: &str = "WEIR_MAGLEV";
 
 /// Default capacity of the services map: service-port entries, master and slots
 /// together, as Cilium's `lbmap` default.
@@ -85,6 +89,11 @@ pub const DEFAULT_MAX_CT: u32 = 524_288;
 pub const DEFAULT_MAX_AFFINITY: u32 = 65_536;
 /// Default capacity of the source-range trie.
 pub const DEFAULT_MAX_SRC_RANGES: u32 = 16_384;
+/// Capacity of the Maglev map: frontends with a table. Entries are allocated
+/// as they are added; the tables themselves (8 bytes per position: the
+/// kernel rounds array values up to 8 bytes) are the
+/// memory that counts.
+pub const DEFAULT_MAX_MAGLEV: u32 = 65_536;
 
 /// `IPPROTO_TCP`.
 pub const PROTO_TCP: u8 = 6;
@@ -134,6 +143,12 @@ pub const SVC_F_AFFINITY: u16 = 1 << 3;
 /// accepted only if [`MAP_SRC_RANGES`] holds a prefix of
 /// `(rev_nat_id, client address)`.
 pub const SVC_F_SRC_RANGES: u16 = 1 << 4;
+/// [`ServiceValue::flags`]: new flows from outside the node (the packet
+/// programs) pick their backend from the frontend's Maglev table in
+/// [`MAP_MAGLEV`], so every node sends a given flow to the same backend. The
+/// master's [`ServiceValue::backend_id`] holds the table's size. Sockets pick
+/// at random as before: their flows never leave the node they start on.
+pub const SVC_F_MAGLEV: u16 = 1 << 5;
 
 /// An IPv4 or IPv6 address, network order: the 16 bytes of `in6_addr`, read as
 /// four `u32` words in memory order (as `s6_addr32` and `bpf_sock_addr.user_ip6`).
@@ -214,7 +229,8 @@ pub struct ServiceKey {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ServiceValue {
-    /// Slots: the backend id, host order. Master: 0.
+    /// Slots: the backend id, host order. Master: 0, or with
+    /// [`SVC_F_MAGLEV`] the size of the frontend's Maglev table.
     pub backend_id: u32,
     /// Master: number of active backends, host order. Slots: 0.
     pub count: u16,

@@ -8,7 +8,7 @@
 //! inlined, as the verifier needs.
 use crate::{
     Addr, BACKEND_STATE_ACTIVE, BACKEND_STATE_DRAINING, BACKEND_STATE_TERMINATING, Backend,
-    ServiceKey, ServiceValue,
+    SVC_F_MAGLEV, ServiceKey, ServiceValue,
 };
 
 /// Read access to the services and backends maps. Values are copies: in the
@@ -17,6 +17,8 @@ use crate::{
 pub trait LbMapsView {
     fn service(&self, key: &ServiceKey) -> Option<ServiceValue>;
     fn backend(&self, id: u32) -> Option<Backend>;
+    /// Position `index` of frontend `rev_nat_id`'s Maglev table: a backend id.
+    fn maglev(&self, rev_nat_id: u32, index: u32) -> Option<u32>;
 }
 
 /// A backend picked for one connect, send or new flow.
@@ -128,6 +130,26 @@ pub fn backend_usable<M: LbMapsView>(
     owned(id, &backend, master.rev_nat_id, frontend)
 }
 
+/// The backend the frontend's Maglev table gives the flow whose
+/// [`crate::maglev::flow_hash`] is `hash`, if a new flow may use it (see
+/// [`backend_usable`]). `None` when the master has no table, or while the
+/// table and the master disagree during an update; the caller then picks as
+/// it would without Maglev, so a flow is never refused for it.
+#[inline(always)]
+pub fn maglev_backend<M: LbMapsView>(
+    maps: &M,
+    master: &ServiceValue,
+    frontend: &Addr,
+    hash: u32,
+) -> Option<Pick> {
+    let size = master.backend_id;
+    if master.flags & SVC_F_MAGLEV == 0 || size == 0 {
+        return None;
+    }
+    let id = maps.maglev(master.rev_nat_id, hash % size)?;
+    backend_usable(maps, id, master, frontend)
+}
+
 /// The backend `id` if an unconnected UDP socket that was given it may keep
 /// it: owned and still serving. A terminating backend keeps its sockets, as
 /// conntrack keeps a terminating endpoint's UDP flows under kube-proxy; a
@@ -158,6 +180,7 @@ mod tests {
     struct Maps {
         services: BTreeMap<ServiceKey, ServiceValue>,
         backends: BTreeMap<u32, Backend>,
+        maglev: BTreeMap<u32, std::vec::Vec<u32>>,
     }
 
     impl LbMapsView for Maps {
@@ -166,6 +189,10 @@ mod tests {
         }
         fn backend(&self, id: u32) -> Option<Backend> {
             self.backends.get(&id).copied()
+        }
+        fn maglev(&self, rev_nat_id: u32, index: u32) -> Option<u32> {
+            let t = self.maglev.get(&rev_nat_id)?;
+            t.get(index as usize).copied()
         }
     }
 
@@ -269,5 +296,37 @@ mod tests {
         d.backends.get_mut(&1).unwrap().state = BACKEND_STATE_DRAINING;
         assert!(sticky_backend(&d, 1, &busy, &fe).is_none());
         assert!(owned_backend(&d, 1, 7, &fe).is_some(), "tracked flows stay");
+    }
+
+    #[test]
+    fn maglev_picks_the_tables_backend_while_it_is_usable() {
+        let mut m = frontend(3, BACKEND_STATE_ACTIVE, false);
+        let fe = key(0).addr;
+        let plain = m.service(&key(0)).unwrap();
+        assert_eq!(
+            maglev_backend(&m, &plain, &fe, 5),
+            None,
+            "no flag, no table"
+        );
+        let master = ServiceValue {
+            flags: SVC_F_MAGLEV,
+            backend_id: 5,
+            ..plain
+        };
+        assert_eq!(maglev_backend(&m, &master, &fe, 5), None, "no table yet");
+        m.maglev.insert(7, std::vec![3, 1, 2, 3, 1]);
+        let at = |m: &Maps, h| maglev_backend(m, &master, &fe, h).map(|p| p.backend_id);
+        assert_eq!(
+            (at(&m, 1), at(&m, 7), at(&m, 9)),
+            (Some(1), Some(2), Some(1))
+        );
+        // Draining, or handed to another frontend: the caller picks afresh.
+        m.backends.get_mut(&3).unwrap().state = BACKEND_STATE_DRAINING;
+        assert_eq!(at(&m, 0), None);
+        m.backends.get_mut(&1).unwrap().rev_nat_id = 8;
+        assert_eq!(at(&m, 1), None);
+        // A table shorter than the master says (mid-update): no backend.
+        m.maglev.insert(7, std::vec![2]);
+        assert_eq!(at(&m, 3), None);
     }
 }

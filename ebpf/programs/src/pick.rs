@@ -8,7 +8,7 @@ use weir_abi::{
     pick::{self as shared, LbMapsView},
 };
 
-use crate::maps::{AFFINITY, BACKENDS, SERVICES};
+use crate::maps::{AFFINITY, BACKENDS, MAGLEV, SERVICES};
 
 /// The kernel's services and backends maps.
 pub struct Kernel;
@@ -25,6 +25,13 @@ impl LbMapsView for Kernel {
     fn backend(&self, id: u32) -> Option<Backend> {
         // SAFETY: as above.
         unsafe { BACKENDS.get(id) }.copied()
+    }
+
+    #[inline(always)]
+    fn maglev(&self, rev_nat_id: u32, index: u32) -> Option<u32> {
+        // SAFETY: the agent never writes a table after it swapped it in (it
+        // builds a new one), and the inner array lives while we hold it.
+        unsafe { MAGLEV.get_value(&rev_nat_id, &index) }.copied()
     }
 }
 
@@ -46,21 +53,43 @@ pub fn sticky_backend(id: u32, master: &ServiceValue, frontend: &Addr) -> Option
     shared::sticky_backend(&Kernel, id, master, frontend)
 }
 
+/// How a new pick is made when no remembered one applies.
+#[derive(Clone, Copy)]
+pub enum Fresh {
+    /// At random among the usable slots: sockets, and frontends without
+    /// Maglev.
+    Random,
+    /// From the frontend's Maglev table if it has one, by this
+    /// [`weir_abi::maglev::flow_hash`]: new flows of the packet programs.
+    Flow(u32),
+}
+
+#[inline(always)]
+fn fresh_pick(key: &mut ServiceKey, master: &ServiceValue, how: Fresh) -> Option<Pick> {
+    if let Fresh::Flow(hash) = how
+        && let Some(pick) = shared::maglev_backend(&Kernel, master, &key.addr, hash)
+    {
+        return Some(pick);
+    }
+    // SAFETY: bpf_get_prandom_u32 has no preconditions.
+    let roll = unsafe { bpf_get_prandom_u32() };
+    pick_backend(key, master, roll)
+}
+
 /// The backend for a new connection or flow of the frontend whose master key
 /// and value are `key` and `master`: under session affinity the client's
 /// remembered backend while it is fresh and still usable, else a new pick
-/// (remembered when affinity is on). `aff` identifies the client.
+/// made `how` (remembered when affinity is on). `aff` identifies the client.
 #[inline(always)]
 pub fn choose(
     key: &mut ServiceKey,
     master: &ServiceValue,
     aff: &AffinityKey,
     now: u32,
+    how: Fresh,
 ) -> Option<Pick> {
-    // SAFETY: bpf_get_prandom_u32 has no preconditions.
-    let roll = unsafe { bpf_get_prandom_u32() };
     if master.flags & SVC_F_AFFINITY == 0 {
-        return pick_backend(key, master, roll);
+        return fresh_pick(key, master, how);
     }
     if let Some(entry) = AFFINITY.get_ptr_mut(aff) {
         // SAFETY: the pointer comes from a successful lookup; racing writers
@@ -75,7 +104,7 @@ pub fn choose(
             return Some(pick);
         }
     }
-    let pick = pick_backend(key, master, roll)?;
+    let pick = fresh_pick(key, master, how)?;
     let value = AffinityValue {
         backend_id: pick.backend_id,
         last_used: now,

@@ -33,7 +33,7 @@ use weir_abi::{
 
 use crate::{
     maps::{REVNAT, REVSOCK, SERVICES, SOCK_PICKS, count, now_secs},
-    pick::{Pick, choose, sticky_backend},
+    pick::{Fresh, Pick, choose, sticky_backend},
 };
 
 /// Return value that lets the syscall go on.
@@ -379,7 +379,7 @@ fn choose_for(ctx: &SockAddrContext, key: &mut ServiceKey, master: &ServiceValue
         rev_nat_id: master.rev_nat_id,
         _pad: [0; 4],
     };
-    choose(key, master, &aff, now_secs())
+    choose(key, master, &aff, now_secs(), Fresh::Random)
 }
 
 #[inline(always)]

@@ -12,6 +12,7 @@
 //! | `source_ranges` | loadBalancerSourceRanges admit and drop, with the drop counter |
 //! | `in_cluster` | pods reaching external frontends: eTP Local serves them from every endpoint; NodePort hairpin SNATed to the node; source ranges drop pods even with socket LB |
 //! | `lifecycle` | streams survive terminating; new flows avoid terminating and removed backends; a tracked UDP flow leaves a removed backend; conntrack listed |
+//! | `maglev` | Maglev frontends: each flow from outside reaches the backend its tuple hashes to in the table; a second node's agent agrees on 10,000 tuples; a removed backend leaves the table |
 //! | `collector` | the conntrack collector removes idle flows' entries and keeps a live flow's |
 //! | `devices` | a device that appears, vanishes and comes back while the agent runs gets the program, loses it and gets it again, from the kernel's link notifications alone |
 //! | `xdp` | native XDP counters and flows; best-effort fallback (with its warning) to TC on a device without native XDP (a bridge: this kernel has no `dummy`), with traffic through it |
@@ -40,6 +41,8 @@ mod hardening;
 mod in_cluster;
 #[path = "packet_datapath/lifecycle.rs"]
 mod lifecycle;
+#[path = "packet_datapath/maglev.rs"]
+mod maglev;
 #[path = "packet_datapath/source_ranges.rs"]
 mod source_ranges;
 #[path = "packet_datapath/topology.rs"]

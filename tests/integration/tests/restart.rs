@@ -159,7 +159,7 @@ fn a_restart_rewrites_only_what_changed_while_the_agent_was_down() -> Result<()>
         String::from_utf8_lossy(&out.stdout).trim(),
         // Nine socket hooks (v4 and v6, and sock_release) and eleven maps
         // plus those links.
-        "detached 9 links, removed 20 pins"
+        "detached 9 links, removed 21 pins"
     );
     assert!(!topo.pin_dir().exists(), "pins left behind");
     assert_eq!(

@@ -173,7 +173,10 @@ fn torn_read_check_rejects_break_before_make() {
     // Pruning before the master switches: a reader of the old master can miss
     // a slot, and its retry reads the same old master.
     let mut early_prune = p.ops.clone();
-    let master = early_prune.iter().position(|op| phase(op) == 4).unwrap();
+    let master = early_prune
+        .iter()
+        .position(|op| matches!(op, MapOp::UpsertService(k, _) if k.slot == 0))
+        .unwrap();
     let m = early_prune.remove(master);
     early_prune.push(m);
     let states = states_of(&w, &early_prune);
@@ -187,7 +190,10 @@ fn torn_read_check_rejects_break_before_make() {
     w.set(web(), &active(&[1]));
     let p = w.plan(web(), Some(&active(&[1, 2, 3])));
     let mut master_first = p.ops.clone();
-    let master = master_first.iter().position(|op| phase(op) == 4).unwrap();
+    let master = master_first
+        .iter()
+        .position(|op| matches!(op, MapOp::UpsertService(k, _) if k.slot == 0))
+        .unwrap();
     let m = master_first.remove(master);
     master_first.insert(0, m);
     let states = states_of(&w, &master_first);

@@ -19,7 +19,8 @@ use weir_abi::{
     CtValue, PROTO_SCTP, PROTO_TCP, SCOPE_ALL, SCOPE_EXTERNAL, STAT_DROP_CT_FULL,
     STAT_DROP_CT_INVALID, STAT_DROP_MALFORMED, STAT_DROP_NO_BACKEND, STAT_DROP_SNAT_PORTS,
     STAT_DROP_SRC_RANGE, STAT_NEW_FLOW, STAT_PASS, STAT_PASS_UNSUPPORTED, STAT_XDP_TO_TC,
-    SVC_F_EXTERNAL, SVC_F_LOCAL, SVC_F_SRC_RANGES, ServiceKey, SrcRangeKey,
+    SVC_F_EXTERNAL, SVC_F_LOCAL, SVC_F_MAGLEV, SVC_F_SRC_RANGES, ServiceKey, SrcRangeKey,
+    maglev::flow_hash,
 };
 
 use super::{
@@ -31,7 +32,7 @@ use super::{
 };
 use crate::{
     maps::{Probe, SCRATCH, SERVICES, SRC_RANGES, Scratch, count},
-    pick::choose,
+    pick::{Fresh, choose},
 };
 
 #[inline(always)]
@@ -131,7 +132,13 @@ pub fn new_flow<P: Pkt, const V6: bool>(
         rev_nat_id: master.rev_nat_id,
         _pad: [0; 4],
     };
-    let Some(pick) = choose(&mut skey, &master, &aff, now) else {
+    // Maglev frontends: the same backend on every node for this tuple.
+    let how = if master.flags & SVC_F_MAGLEV != 0 {
+        Fresh::Flow(flow_hash(&h.saddr, &h.daddr, h.sport, h.dport, h.proto))
+    } else {
+        Fresh::Random
+    };
+    let Some(pick) = choose(&mut skey, &master, &aff, now, how) else {
         count(prog, STAT_DROP_NO_BACKEND, h.bytes);
         return Verdict::Drop;
     };

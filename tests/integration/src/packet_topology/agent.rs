@@ -10,7 +10,7 @@ use aya::maps::{HashMap, Map, MapData, PerCpuArray};
 use serde::Deserialize;
 use weir_abi::{CtKey, CtValue, StatValue};
 
-use super::{DEVICES, NODE_NAME, PacketTopology};
+use super::{DEVICES, NODE_NAME, NODE2_NAME, PacketTopology};
 use crate::{
     agent::{AgentProcess, agent_command},
     bin,
@@ -37,6 +37,36 @@ impl PacketAgent {
     /// full sync.
     pub fn start(topo: &PacketTopology, extra: &[&str]) -> Result<Self> {
         let mut agent = Self::new(topo, extra);
+        agent.spawn()?;
+        Ok(agent)
+    }
+
+    /// A second agent, as node [`NODE2_NAME`] in node2's namespace, with the
+    /// same manifests and its own pins (`<bpffs>/node2`): maps only, no
+    /// socket hooks and no devices, plus `extra` flags. What another node
+    /// of the cluster would program, for comparing the two.
+    pub fn start_node2(topo: &PacketTopology, extra: &[&str]) -> Result<Self> {
+        let pin_dir = topo.bpffs.dir.join("node2");
+        let mut args: Vec<String> = vec![
+            "--manifests".into(),
+            topo.manifests.display().to_string(),
+            "--node-name".into(),
+            NODE2_NAME.into(),
+            "--socket-lb=false".into(),
+            "--bpffs".into(),
+            pin_dir.display().to_string(),
+            "--metrics-addr".into(),
+            METRICS_ADDR.into(),
+            "--healthz-addr".into(),
+            HEALTHZ_ADDR.into(),
+        ];
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
+        let mut agent = Self {
+            process: AgentProcess::new(topo.dir.join("agent-node2.log")),
+            args,
+            netns: topo.node2.path(),
+            pin_dir,
+        };
         agent.spawn()?;
         Ok(agent)
     }

@@ -37,6 +37,8 @@ pub struct Svc {
     /// test's agent removes (the agent destroys sockets to a removed UDP
     /// backend in every network namespace, other tests' included).
     pub echo_target: u16,
+    /// `metadata.annotations`.
+    pub annotations: Vec<(String, String)>,
 }
 
 impl Svc {
@@ -56,6 +58,7 @@ impl Svc {
             source_ranges: Vec::new(),
             spec_extra: json!({}),
             echo_target: POD_UDP_PORT,
+            annotations: Vec::new(),
         }
     }
 
@@ -147,6 +150,9 @@ impl Svc {
             "metadata": {"name": self.name, "namespace": "default"},
             "spec": spec,
         });
+        for (k, v) in &self.annotations {
+            svc["metadata"]["annotations"][k] = json!(v);
+        }
         if !self.lb_ingress.is_empty() {
             let ingress: Vec<Value> = self.lb_ingress.iter().map(|ip| json!({"ip": ip})).collect();
             svc["status"] = json!({"loadBalancer": {"ingress": ingress}});

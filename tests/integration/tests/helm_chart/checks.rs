@@ -51,6 +51,8 @@ pub(crate) fn default_args() -> Vec<String> {
         "--nodeport-range=30000-32767",
         "--snat-port-range=61000-65535",
         "--acceleration=disabled",
+        "--lb-algorithm=random",
+        "--maglev-table-size=16381",
         "--proc-root=/host/proc",
         "--log-format=text",
     ])

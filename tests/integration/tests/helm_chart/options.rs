@@ -59,6 +59,18 @@ fn datapath_options_render_as_flags() {
     assert!(r.args().contains(&"--devices=auto,lxc+".to_owned()));
     let r = render_ok(&["--set", "acceleration=best-effort"]);
     assert!(r.args().contains(&"--acceleration=best-effort".to_owned()));
+    let r = render_ok(&[
+        "--set",
+        "loadBalancer.algorithm=maglev,loadBalancer.maglevTableSize=65521",
+    ]);
+    r.check_all_typed();
+    for want in ["--lb-algorithm=maglev", "--maglev-table-size=65521"] {
+        assert!(
+            r.args().iter().any(|a| a == want),
+            "{want} in {:?}",
+            r.args()
+        );
+    }
 }
 
 #[test]

@@ -28,6 +28,15 @@ fn schema_rejects_bad_values_naming_the_field() {
             "- at '/nodePortRange': 'a-b' does not match pattern",
         ),
         (
+            &["--set", "loadBalancer.algorithm=ring-hash"],
+            "- at '/loadBalancer/algorithm': value must be one of 'random', 'maglev'",
+        ),
+        (
+            // Not a prime: every node would refuse it at start.
+            &["--set", "loadBalancer.maglevTableSize=16383"],
+            "- at '/loadBalancer/maglevTableSize': value must be one of 251, 509,",
+        ),
+        (
             &["--set", "maps.maxServices=0"],
             "- at '/maps/maxServices': minimum: got 0, want 1",
         ),

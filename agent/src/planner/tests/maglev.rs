@@ -1,0 +1,140 @@
+//! Planner tests for Maglev tables: written whole after the slots and
+//! before the master that asks for them, rebuilt only when the backends a
+//! new flow may pick change, removed after the master stops asking, and
+//! restored only when they are exactly what the master and slots call for.
+use std::{net::IpAddr, sync::Arc};
+
+use weir_abi::{SVC_F_EXTERNAL, SVC_F_MAGLEV};
+
+use super::*;
+use crate::model::FrontendKind;
+
+fn lb_fe() -> Frontend {
+    Frontend {
+        addr: "198.51.100.7".parse::<IpAddr>().unwrap(),
+        port: 443,
+        proto: Protocol::Tcp,
+        scope: crate::model::Scope::All,
+    }
+}
+
+fn lb(backends: Vec<Backend>, maglev: Option<u32>) -> DesiredFrontend {
+    DesiredFrontend {
+        kind: FrontendKind::LoadBalancer,
+        maglev,
+        ..DesiredFrontend::plain(lb_fe(), backends)
+    }
+}
+
+/// Backend ids of the frontend's table, position by position.
+fn table_of(w: &World) -> Arc<[u32]> {
+    let rev = w.master(lb_fe()).rev_nat_id;
+    w.maps.state.maglev[&rev].clone()
+}
+
+#[test]
+fn golden_maglev_table_between_slots_and_master() {
+    let mut w = World::new();
+    let mut t = Transcript::default();
+
+    let p = w.set_desired(&lb(active(&[1, 2, 3]), Some(251)));
+    t.record("LB with Maglev, three backends", &p, &w.maps);
+    assert_eq!(
+        short(&p.ops),
+        ["B+1", "B+2", "B+3", "R+1", "S+1", "S+2", "S+3", "T+1", "M+"]
+    );
+    let m = w.master(lb_fe());
+    assert_eq!(
+        (m.flags, m.backend_id),
+        (SVC_F_EXTERNAL | SVC_F_MAGLEV, 251)
+    );
+    assert_eq!(table_of(&w).len(), 251);
+
+    // Unchanged backends: nothing to write.
+    let p = w.set_desired(&lb(active(&[1, 2, 3]), Some(251)));
+    assert!(p.ops.is_empty(), "{:?}", short(&p.ops));
+
+    let p = w.set_desired(&lb(active(&[1, 3]), Some(251)));
+    t.record(
+        "a backend goes: new table before the master shrinks",
+        &p,
+        &w.maps,
+    );
+    assert_eq!(short(&p.ops), ["S+2", "T+1", "M+", "S-3", "B-2"]);
+    assert!(!table_of(&w).contains(&2));
+
+    let p = w.set_desired(&lb([active(&[1]), terminating(&[3])].concat(), Some(251)));
+    t.record("a backend terminates: out of the table", &p, &w.maps);
+    assert!(table_of(&w).iter().all(|id| *id == 1));
+
+    let p = w.set_desired(&lb(active(&[1, 3]), Some(509)));
+    t.record("another table size", &p, &w.maps);
+    assert_eq!(short(&p.ops), ["B+3", "T+1", "M+"]);
+    assert_eq!(table_of(&w).len(), 509);
+
+    let p = w.set_desired(&lb(active(&[1, 3]), None));
+    t.record(
+        "back to random: the master first, then the table",
+        &p,
+        &w.maps,
+    );
+    assert_eq!(short(&p.ops), ["M+", "T-1"]);
+    assert!(w.maps.state.maglev.is_empty());
+
+    let p = w.set_desired(&lb(active(&[1, 3]), Some(251)));
+    t.record("Maglev again", &p, &w.maps);
+    let p = w.delete(lb_fe());
+    t.record("delete", &p, &w.maps);
+    assert_eq!(
+        short(&p.ops),
+        ["M-", "S-1", "S-2", "T-1", "B-1", "B-3", "R-1"]
+    );
+    assert_eq!(w.maps.state, Snapshot::default());
+    check_golden("maglev", &t.0);
+}
+
+#[test]
+fn no_table_without_backends_or_on_a_cluster_ip() {
+    let mut w = World::new();
+    w.set_desired(&lb(Vec::new(), Some(251)));
+    let m = w.master(lb_fe());
+    assert_eq!((m.flags & SVC_F_MAGLEV, m.backend_id), (0, 0));
+    assert!(w.maps.state.maglev.is_empty());
+    w.set_desired(&DesiredFrontend {
+        maglev: Some(251),
+        ..DesiredFrontend::plain(lb_fe(), active(&[1]))
+    });
+    assert!(
+        w.maps.state.maglev.is_empty(),
+        "ClusterIP frontends pick at random"
+    );
+}
+
+#[test]
+fn restore_keeps_a_matching_table_and_replaces_a_stale_one() {
+    let mut w = World::new();
+    let d = lb(active(&[1, 2, 3]), Some(251));
+    w.set_desired(&d);
+
+    let mut r = restore(&w.maps.state);
+    assert!(r.orphans.is_empty(), "{:?}", r.orphans);
+    assert_eq!(r.images, w.images);
+    let p = plan(lb_fe(), r.images.get(&lb_fe()), Some(&d), &mut r.ids);
+    assert!(p.ops.is_empty(), "{:?}", short(&p.ops));
+
+    // An agent stopped between a table and its master: the table names
+    // other backends than the slots. It goes, and the first plan writes
+    // the right one before anything else could rely on it.
+    let rev = w.master(lb_fe()).rev_nat_id;
+    let mut stale = w.maps.state.clone();
+    stale.maglev.insert(rev, vec![1; 251].into());
+    // And a table no frontend asks for.
+    stale.maglev.insert(77, vec![9; 251].into());
+    let mut r = restore(&stale);
+    assert_eq!(
+        r.orphans,
+        [MapOp::DeleteMaglev(rev), MapOp::DeleteMaglev(77)]
+    );
+    let p = plan(lb_fe(), r.images.get(&lb_fe()), Some(&d), &mut r.ids);
+    assert_eq!(short(&p.ops), [format!("T+{rev}")]);
+}
