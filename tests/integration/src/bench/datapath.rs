@@ -3,7 +3,6 @@
 //! touches every dataplane alike.
 use std::{
     collections::BTreeMap,
-    fmt::Write as _,
     net::Ipv4Addr,
     path::{Path, PathBuf},
     process::Command,
@@ -22,6 +21,8 @@ use super::{
     rules::{self, Ipv4Cidr, Proto, Svc, Sync, Variant},
 };
 use crate::{Agent, bin, topology::Bpffs};
+
+mod manifests;
 
 /// The plots `cargo xtask bench datapath` draws.
 pub const PLOTS: &[Plot] = &[
@@ -114,15 +115,19 @@ enum Kind {
     Direct,
     WeirSocket,
     WeirTc,
+    WeirTcExt,
+    WeirTcMaglev,
     Iptables(Variant),
     Nftables,
 }
 
 impl Kind {
-    const ALL: [Self; 6] = [
+    const ALL: [Self; 8] = [
         Self::Direct,
         Self::WeirSocket,
         Self::WeirTc,
+        Self::WeirTcExt,
+        Self::WeirTcMaglev,
         Self::Iptables(Variant::Legacy),
         Self::Iptables(Variant::Nft),
         Self::Nftables,
@@ -133,6 +138,8 @@ impl Kind {
             Self::Direct => (record::DIRECT, None),
             Self::WeirSocket => (record::WEIR_SOCKET, None),
             Self::WeirTc => (record::WEIR_TC, None),
+            Self::WeirTcExt => (record::WEIR_TC_EXT, None),
+            Self::WeirTcMaglev => (record::WEIR_TC_MAGLEV, None),
             Self::Iptables(Variant::Legacy) => (record::IPTABLES, Some("legacy")),
             Self::Iptables(Variant::Nft) => (record::IPTABLES, Some("nft")),
             Self::Nftables => (record::NFTABLES, None),
@@ -140,7 +147,19 @@ impl Kind {
     }
 
     fn is_weir(self) -> bool {
-        matches!(self, Self::WeirSocket | Self::WeirTc)
+        matches!(
+            self,
+            Self::WeirSocket | Self::WeirTc | Self::WeirTcExt | Self::WeirTcMaglev
+        )
+    }
+
+    /// How the Services' manifests present the VIP the clients use.
+    fn frontend(self) -> manifests::Frontend {
+        match self {
+            Self::WeirTcExt => manifests::Frontend::ExternalIp { maglev: false },
+            Self::WeirTcMaglev => manifests::Frontend::ExternalIp { maglev: true },
+            _ => manifests::Frontend::ClusterIp,
+        }
     }
 
     fn label(self) -> String {
@@ -483,15 +502,22 @@ fn program(c: &mut Contender, svcs: &[Svc], opts: &DatapathOptions) -> Result<Op
             })
             .map(Some)
         }
-        Kind::WeirSocket | Kind::WeirTc => {
+        Kind::WeirSocket | Kind::WeirTc | Kind::WeirTcExt | Kind::WeirTcMaglev => {
             let w = c.weir.as_mut().context("weir state")?;
             if let Some(mut a) = w.agent.take() {
                 a.stop(libc::SIGTERM)?;
             }
             cleanup_weir(w)?;
-            write_manifests(&w.manifests, svcs)?;
-            let m = svcs.iter().map(|s| s.endpoints.len() + 1).sum::<usize>() + 1024;
-            let b = svcs.iter().map(|s| s.endpoints.len()).sum::<usize>() + 1024;
+            manifests::write_all(&w.manifests, svcs, c.kind.frontend())?;
+            // An external-IP Service has two frontends, its cluster IP's and
+            // the external IP's, each with its own entries.
+            let per = if c.kind.frontend() == manifests::Frontend::ClusterIp {
+                1
+            } else {
+                2
+            };
+            let m = per * svcs.iter().map(|s| s.endpoints.len() + 1).sum::<usize>() + 1024;
+            let b = per * svcs.iter().map(|s| s.endpoints.len()).sum::<usize>() + 1024;
             let (max_s, max_b) = (m.to_string(), b.to_string());
             let pins = w.bpffs.pin_dir();
             let log = w
@@ -522,6 +548,17 @@ fn program(c: &mut Contender, svcs: &[Svc], opts: &DatapathOptions) -> Result<Op
                 let mut args = vec!["--manifests", &m, "--cgroup", &cg, "--bpffs", &p];
                 args.extend(["--socket-lb=false", "--devices", lab::NODE_DEVICES]);
                 args.extend(limits);
+                if c.kind.frontend() != manifests::Frontend::ClusterIp {
+                    // SNAT keeps the client's port wherever the range holds
+                    // it, and the lab's node has no sockets of its own to
+                    // collide with: the default 4,536 ports per backend would
+                    // run out within a second of connect-request-reply.
+                    args.extend(["--snat-port-range", "1024-65535"]);
+                    // 4093 positions (≥ 100 × the 2 backends): a table is
+                    // 32 KiB of kernel memory, 3.2 GiB at 100,000 Services;
+                    // the default size would take four times that.
+                    args.extend(["--maglev-table-size", "4093"]);
+                }
                 WeirAgent::Tc(
                     c.lab
                         .start_node_agent(&args, &log, Duration::from_secs(300))?,
@@ -588,37 +625,6 @@ fn cleanup_weir(w: &WeirState) -> Result<()> {
     Ok(())
 }
 
-/// One manifest file per Service, as a GitOps tree would hold them.
-fn write_manifests(dir: &Path, svcs: &[Svc]) -> Result<()> {
-    let mut text = String::new();
-    for (i, s) in svcs.iter().enumerate() {
-        text.clear();
-        manifest_text(&mut text, s, &s.endpoints);
-        std::fs::write(dir.join(format!("svc-{i:06}.yaml")), &text)?;
-    }
-    Ok(())
-}
-
-fn manifest_text(out: &mut String, s: &Svc, endpoints: &[(Ipv4Addr, u16)]) {
-    let proto = match s.proto {
-        Proto::Tcp => "TCP",
-        Proto::Udp => "UDP",
-    };
-    let port = endpoints.first().map_or(s.port, |e| e.1);
-    let _ = write!(
-        out,
-        "apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  clusterIP: {vip}\n  ports: [{{name: {pn}, port: {p}, protocol: {proto}}}]\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: {name}-1\n  namespace: {ns}\n  labels: {{kubernetes.io/service-name: {name}}}\naddressType: IPv4\nports: [{{name: {pn}, port: {port}, protocol: {proto}}}]\nendpoints:\n",
-        name = s.name,
-        ns = s.namespace,
-        vip = s.vip,
-        pn = s.port_name,
-        p = s.port,
-    );
-    for (ip, _) in endpoints {
-        let _ = writeln!(out, "- addresses: [\"{ip}\"]");
-    }
-}
-
 /// Times one endpoint change of the last TCP Service: the first endpoint is
 /// dropped on even rounds and restored on odd ones. `None` when the dataplane
 /// has no control plane to time.
@@ -654,12 +660,12 @@ fn update(c: &mut Contender, svcs: &[Svc], round: u32) -> Result<Option<Duration
             rules::load_nft(&netns, &input)?;
             return Ok(Some(started.elapsed()));
         }
-        Kind::WeirSocket | Kind::WeirTc => {}
+        Kind::WeirSocket | Kind::WeirTc | Kind::WeirTcExt | Kind::WeirTcMaglev => {}
     }
     let w = c.weir.as_ref().context("weir state")?;
     let map = ServicesMap::open(&w.bpffs.pin_dir())?;
     let mut text = String::new();
-    manifest_text(&mut text, new, &new.endpoints);
+    manifests::text(&mut text, new, &new.endpoints, c.kind.frontend());
     let file = w.manifests.join(format!("svc-{idx:06}.yaml"));
     let tmp = w.manifests.join(format!(".svc-{idx:06}.yaml.tmp"));
     std::fs::write(&tmp, &text)?;

@@ -4,6 +4,11 @@ use serde::{Deserialize, Serialize};
 /// Dataplane names, as the JSON output spells them.
 pub const WEIR_SOCKET: &str = "weir-socket";
 pub const WEIR_TC: &str = "weir-tc";
+/// `weir-tc` with every Service reached through an external IP (random
+/// pick, SNAT), the baseline of [`WEIR_TC_MAGLEV`].
+pub const WEIR_TC_EXT: &str = "weir-tc-ext";
+/// `weir-tc-ext` with Maglev (`weir.dev/lb-algorithm: maglev`).
+pub const WEIR_TC_MAGLEV: &str = "weir-tc-maglev";
 pub const IPTABLES: &str = "iptables";
 pub const NFTABLES: &str = "nftables";
 pub const DIRECT: &str = "direct";

@@ -339,9 +339,11 @@ fn series(records: &[Record], plot: &Plot, labels: &[String]) -> Vec<Series> {
 
 /// Fixed colours for the dataplanes the bench knows, so that every report
 /// draws e.g. iptables in red.
-const KNOWN: [(&str, RGBColor); 6] = [
+const KNOWN: [(&str, RGBColor); 8] = [
     ("weir-socket", RGBColor(31, 119, 180)),
     ("weir-tc", RGBColor(44, 160, 44)),
+    ("weir-tc-ext", RGBColor(23, 190, 207)),
+    ("weir-tc-maglev", RGBColor(140, 86, 75)),
     ("iptables-legacy", RGBColor(214, 39, 40)),
     ("iptables-nft", RGBColor(255, 127, 14)),
     ("nftables", RGBColor(148, 103, 189)),
