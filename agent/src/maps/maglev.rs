@@ -16,7 +16,11 @@ use std::{
 use aya::maps::{HashOfMaps, Map, MapData, MapError as AyaMapError};
 use aya_obj::generated::{BPF_F_INNER_MAP, bpf_map_type::BPF_MAP_TYPE_ARRAY};
 
-use super::{MapError, MapName, batch::Batch};
+use super::{
+    MapError, MapName,
+    batch::Batch,
+    pinned::{absent_ok, to_io},
+};
 use crate::planner::maglev::TableSpec;
 
 pub struct MaglevTables {
@@ -43,15 +47,7 @@ impl MaglevTables {
     }
 
     pub fn remove(&mut self, rev_nat_id: u32) -> Result<(), MapError> {
-        match self.outer.remove(&rev_nat_id) {
-            Ok(()) | Err(AyaMapError::KeyNotFound | AyaMapError::ElementNotFound) => Ok(()),
-            Err(AyaMapError::SyscallError(e))
-                if e.io_error.raw_os_error() == Some(libc::ENOENT) =>
-            {
-                Ok(())
-            }
-            Err(e) => Err(write(to_io(e))),
-        }
+        absent_ok(self.outer.remove(&rev_nat_id)).map_err(|e| write(to_io(e)))
     }
 
     /// Every table, read back from the kernel.
@@ -104,12 +100,4 @@ fn read(e: AyaMapError) -> MapError {
 
 const fn write(source: io::Error) -> MapError {
     MapError::Write { map: NAME, source }
-}
-
-fn to_io(e: AyaMapError) -> io::Error {
-    match e {
-        AyaMapError::SyscallError(s) => s.io_error,
-        AyaMapError::IoError(e) => e,
-        other => io::Error::other(other),
-    }
 }

@@ -332,7 +332,7 @@ const fn lpm_key(r: &SrcRange) -> LpmKey<SrcRangeKey> {
     LpmKey::new(r.prefix_len, r.key)
 }
 
-fn absent_ok(r: Result<(), AyaMapError>) -> Result<(), AyaMapError> {
+pub(super) fn absent_ok(r: Result<(), AyaMapError>) -> Result<(), AyaMapError> {
     match r {
         Err(AyaMapError::KeyNotFound | AyaMapError::ElementNotFound) => Ok(()),
         Err(AyaMapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::ENOENT) => {
@@ -342,7 +342,7 @@ fn absent_ok(r: Result<(), AyaMapError>) -> Result<(), AyaMapError> {
     }
 }
 
-fn to_io(e: AyaMapError) -> io::Error {
+pub(super) fn to_io(e: AyaMapError) -> io::Error {
     match e {
         AyaMapError::SyscallError(s) => s.io_error,
         AyaMapError::IoError(e) => e,
