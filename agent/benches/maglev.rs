@@ -1,9 +1,10 @@
 //! `cargo xtask bench maglev`: what one Maglev table costs the agent.
 //!
 //! For each (backends, table size): the userspace build (the paper's
-//! permutation fill) and the kernel write (a new inner array, filled with one
-//! batch), median and maximum over the repetitions; the table's kernel
-//! memory (the array's `memlock` in its fdinfo) and the build's transient
+//! permutation fill) and the kernel write (the table's chunks over the
+//! previous ones, one batch, into a map of `WEIR_MAGLEV`'s layout), median
+//! and maximum over the repetitions; the table's kernel memory (what the
+//! map's `memlock` in its fdinfo grew by) and the build's transient
 //! userspace memory. The write needs root (CAP_BPF); without it that column
 //! says so.
 //!
@@ -11,14 +12,15 @@
 //! 10 ms, so a node re-programs a thousand Maglev frontends in seconds.
 use std::{
     net::{IpAddr, Ipv4Addr},
-    os::fd::{AsFd as _, AsRawFd as _},
+    os::fd::AsRawFd as _,
+    sync::Arc,
     time::{Duration, Instant},
 };
 
 use weir_abi::Addr;
 use weir_agent::{
-    maps::maglev::new_array,
-    planner::maglev::{Member, table},
+    maps::maglev::MaglevTables,
+    planner::maglev::{Member, TableSpec},
 };
 
 const TARGET: Duration = Duration::from_millis(10);
@@ -74,18 +76,28 @@ fn main() {
             let mut writes = Vec::with_capacity(reps);
             let mut kernel = None;
             let mut write_err = None;
+            let spec = TableSpec {
+                rev_nat_id: 1,
+                size: m,
+                members: Arc::from(ms_.clone()),
+            };
+            let mut map = MaglevTables::create(spec.chunks())
+                .map_err(|e| write_err = Some(format!("{e}")))
+                .ok();
+            let empty = map.as_ref().and_then(|m| memlock(m.as_fd().as_raw_fd()));
             for _ in 0..reps {
                 let t = Instant::now();
-                let tbl = std::hint::black_box(table(&ms_, m));
+                let tbl = std::hint::black_box(spec.padded());
                 builds.push(t.elapsed());
+                let Some(map) = map.as_mut() else { continue };
                 let t = Instant::now();
-                match new_array(&tbl) {
-                    Ok(map) => {
-                        writes.push(t.elapsed());
-                        kernel = memlock(map.fd().as_fd().as_raw_fd());
-                    }
+                match map.write(spec.rev_nat_id, &tbl) {
+                    Ok(()) => writes.push(t.elapsed()),
                     Err(e) => write_err = Some(format!("{e}")),
                 }
+                kernel = memlock(map.as_fd().as_raw_fd())
+                    .zip(empty)
+                    .map(|(full, e)| full - e);
             }
             let (b50, bmax) = stats(builds);
             let (w50, wmax) = if writes.is_empty() {

@@ -152,11 +152,18 @@ pub(crate) struct PacketArgs {
     /// Positions in each Maglev table: a prime from 251 to 131071, about
     /// 100 times the backends of the largest Service or more (each
     /// backend's share of flows is then within about 1% of the others).
-    /// Every node must use the same size. A table takes 8 bytes a position
-    /// of kernel memory (the kernel rounds array values up to 8 bytes) per
-    /// Maglev frontend: 128 KiB at the default.
+    /// Every node must use the same size. A table takes about 4 bytes a
+    /// position of kernel memory (in 4 KiB chunks of 1000 positions) per
+    /// Maglev frontend: 68 KiB at the default.
     #[arg(long, value_name = "PRIME", default_value_t = weir_abi::maglev::DEFAULT_TABLE_SIZE, value_parser = parse_maglev_table_size)]
     pub(crate) maglev_table_size: u32,
+    /// Maglev tables the map holds: one per NodePort (per node address),
+    /// externalIP or LoadBalancer frontend that uses Maglev. The kernel
+    /// reserves 16 bytes per 1000 positions of capacity up front (2 MiB at
+    /// the defaults); the tables take their memory as they are written. A
+    /// Service whose tables do not fit is refused with a MapFull Event.
+    #[arg(long, value_name = "N", default_value_t = weir_abi::DEFAULT_MAX_MAGLEV_TABLES, value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
+    pub(crate) max_maglev_tables: u32,
     /// XDP acceleration of NodePort/external traffic on --devices: native
     /// (required on every device), best-effort (where the driver supports it)
     /// or disabled.
@@ -410,6 +417,9 @@ pub(crate) mod tests {
             LbAlgorithm::Random
         );
         assert_eq!(a.packet.maglev_table_size, 16_381);
+        assert_eq!(a.packet.max_maglev_tables, 4_096);
+        let zero = ["weir-agent", "--max-maglev-tables=0"];
+        assert!(Cli::try_parse_from(zero).is_err());
         let a = run_args(&["--lb-algorithm=maglev", "--maglev-table-size=65521"]);
         assert_eq!(
             LbAlgorithm::from(a.packet.lb_algorithm),

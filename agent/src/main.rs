@@ -203,6 +203,7 @@ async fn run_async(args: RunArgs, node: String) -> Result<()> {
         max_backends: args.max_backends,
         ct_max: packet.ct_max,
         max_revsock: packet.max_revsock,
+        max_maglev: LoadOptions::maglev_chunks(packet.max_maglev_tables, packet.maglev_table_size),
         socket_lb: packet.socket_lb,
         devices: device_patterns,
         acceleration_devices: accel_patterns,

@@ -31,7 +31,8 @@ pub enum ReconcileError {
         count: usize,
     },
     #[error(
-        "service {service} does not fit in map {map}: {used} of {capacity} entries in use and it needs {needed} more (raise --max-services or --max-backends)"
+        "service {service} does not fit in map {map}: {used} of {capacity} entries in use and it needs {needed} more ({remedy})",
+        remedy = .map.remedy()
     )]
     MapFull {
         service: ServiceId,
@@ -528,7 +529,10 @@ fn sizes(img: &FrontendImage) -> BTreeMap<MapName, u64> {
         (MapName::Backends, img.backends.len() as u64),
         (MapName::RevNat, u64::from(img.rev_nat_id != 0)),
         (MapName::SrcRanges, img.src_ranges.len() as u64),
-        (MapName::Maglev, u64::from(img.maglev.is_some())),
+        (
+            MapName::Maglev,
+            img.maglev.as_ref().map_or(0, |t| u64::from(t.chunks())),
+        ),
     ])
 }
 
@@ -558,15 +562,26 @@ fn held_by(
         img.src_ranges
             .extend(src.src_ranges.iter().filter(|r| s.src_ranges.contains(r)));
     }
-    // Which of the two tables the map holds, if either.
-    img.maglev = old
-        .and_then(|o| o.maglev.clone())
-        .into_iter()
-        .chain(written.maglev.clone())
+    // Which of the two tables the map holds. A write that failed partway
+    // leaves a mix (chunks are written in place): count that as the written
+    // table, so that undoing it rewrites the old table or deletes the
+    // written one's chunks.
+    let candidates = || {
+        old.and_then(|o| o.maglev.clone())
+            .into_iter()
+            .chain(written.maglev.clone())
+    };
+    img.maglev = candidates()
         .find(|t| {
             s.maglev
                 .get(&t.rev_nat_id)
-                .is_some_and(|held| **held == *t.build())
+                .is_some_and(|held| **held == *t.padded())
+        })
+        .or_else(|| {
+            written
+                .maglev
+                .clone()
+                .filter(|t| s.maglev.contains_key(&t.rev_nat_id))
         });
     FrontendImage::from(img)
 }
@@ -588,7 +603,9 @@ fn apply_to_image(img: &mut ImageParts, op: &MapOp) {
         MapOp::UpsertSrcRange(r) => drop(img.src_ranges.insert(r)),
         MapOp::DeleteSrcRange(r) => drop(img.src_ranges.remove(&r)),
         MapOp::SetMaglev(ref t) => img.maglev = Some(t.clone()),
-        MapOp::DeleteMaglev(_) => img.maglev = None,
+        // A trim past a shrunk table's end leaves the table.
+        MapOp::DeleteMaglev(_, ref c) if c.start == 0 => img.maglev = None,
+        MapOp::DeleteMaglev(..) => {}
     }
 }
 

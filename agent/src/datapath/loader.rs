@@ -38,6 +38,8 @@ pub struct LoadOptions {
     /// Capacity of the socket reverse-translation map: sockets open at once
     /// whose peer the hooks translated.
     pub max_revsock: u32,
+    /// Capacity of the Maglev map, in chunks (see [`Self::maglev_chunks`]).
+    pub max_maglev: u32,
     /// Attach the cgroup socket hooks (`--socket-lb`); when false, hooks a
     /// previous run pinned are detached.
     pub socket_lb: bool,
@@ -64,12 +66,21 @@ impl LoadOptions {
             max_backends: weir_abi::DEFAULT_MAX_BACKENDS,
             ct_max: weir_abi::DEFAULT_MAX_CT,
             max_revsock: weir_abi::DEFAULT_MAX_REVSOCK,
+            max_maglev: Self::maglev_chunks(
+                weir_abi::DEFAULT_MAX_MAGLEV_TABLES,
+                weir_abi::maglev::DEFAULT_TABLE_SIZE,
+            ),
             socket_lb: true,
             devices: Vec::new(),
             acceleration_devices: Vec::new(),
             acceleration: Acceleration::Disabled,
             config: weir_abi::DEFAULT_CONFIG,
         }
+    }
+
+    /// The Maglev map's capacity for `tables` tables of `size` positions.
+    pub const fn maglev_chunks(tables: u32, size: u32) -> u32 {
+        tables.saturating_mul(weir_abi::maglev::chunks(size))
     }
 
     /// The `WEIR_CONFIG` value these options ask for.
@@ -185,12 +196,12 @@ impl Datapath {
             .map_max_entries(weir_abi::MAP_AFFINITY, weir_abi::DEFAULT_MAX_AFFINITY)
             .map_max_entries(weir_abi::MAP_SRC_RANGES, weir_abi::DEFAULT_MAX_SRC_RANGES)
             .map_max_entries(weir_abi::MAP_REVSOCK, opts.max_revsock)
+            .map_max_entries(weir_abi::MAP_MAGLEV, opts.max_maglev)
             // BTF map definitions carry no pinning; name the pin here.
             .map_pin_path(
                 weir_abi::MAP_SOCK_PICKS,
                 pins.maps().join(weir_abi::MAP_SOCK_PICKS),
             )
-            .map_pin_path(weir_abi::MAP_MAGLEV, pins.maps().join(weir_abi::MAP_MAGLEV))
             .load(PROGRAMS)
             .map_err(LoadError::Load)?;
 
@@ -308,6 +319,7 @@ fn expected_layouts(opts: &LoadOptions) -> [(&'static str, usize, usize, Option<
     use weir_abi::{
         AffinityKey, AffinityValue, Backend, Config, CtKey, CtValue, RevNat, RevSockKey,
         RevSockValue, ServiceKey, ServiceValue, SockPicks, SrcRangeKey, StatValue,
+        maglev::{MaglevChunk, MaglevKey},
     };
     [
         (
@@ -336,8 +348,12 @@ fn expected_layouts(opts: &LoadOptions) -> [(&'static str, usize, usize, Option<
         ),
         // Socket storage: keyed by a socket fd, sized by the sockets.
         (weir_abi::MAP_SOCK_PICKS, 4, size_of::<SockPicks>(), None),
-        // Rev-NAT id → the id of an inner array (the table).
-        (weir_abi::MAP_MAGLEV, 4, 4, None),
+        (
+            weir_abi::MAP_MAGLEV,
+            size_of::<MaglevKey>(),
+            size_of::<MaglevChunk>(),
+            Some(opts.max_maglev),
+        ),
         (
             weir_abi::MAP_CT_TCP,
             size_of::<CtKey>(),

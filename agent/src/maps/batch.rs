@@ -52,6 +52,11 @@ impl<K: aya::Pod, V: aya::Pod> Batch<K, V> {
         }
     }
 
+    pub fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd as _;
+        self.fd.as_fd()
+    }
+
     fn call(&self, cmd: libc::c_long, attr: &mut BatchAttr) -> io::Result<()> {
         attr.map_fd = self.fd.as_raw_fd() as u32;
         // SAFETY: `attr` is a valid `bpf_attr.batch` of the size passed, and

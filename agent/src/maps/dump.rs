@@ -69,8 +69,10 @@ pub fn render(s: &Snapshot) -> String {
         let _ = writeln!(out, "srcrng  revnat={} {range}", r.rev_nat_id());
     }
     // A table as the positions each backend holds: the whole table would
-    // be thousands of lines, and its shares are what a reader checks.
+    // be thousands of lines, and its shares are what a reader checks. The
+    // map pads the last chunk with 0; a 0 before the end is a missing chunk.
     for (id, t) in &s.maglev {
+        let t = &t[..t.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1)];
         let mut shares = std::collections::BTreeMap::<u32, usize>::new();
         for b in t.iter() {
             *shares.entry(*b).or_default() += 1;

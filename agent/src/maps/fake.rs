@@ -148,14 +148,10 @@ impl LbMaps for FakeMaps {
                 ranges.insert(*r);
             }
             MapOp::DeleteSrcRange(r) => drop(self.state.src_ranges.remove(r)),
-            MapOp::SetMaglev(t) => insert(
-                &mut self.state.maglev,
-                t.rev_nat_id,
-                t.build().into(),
-                cap,
-                MapName::Maglev,
-            )?,
-            MapOp::DeleteMaglev(id) => drop(self.state.maglev.remove(id)),
+            MapOp::SetMaglev(t) => set_maglev(&mut self.state.maglev, t, cap)?,
+            MapOp::DeleteMaglev(id, chunks) => {
+                delete_maglev(&mut self.state.maglev, *id, chunks.clone());
+            }
         }
         self.log.push(op.clone());
         Ok(())
@@ -182,4 +178,53 @@ fn insert<K: Ord, V>(
     }
     m.insert(k, v);
     Ok(())
+}
+
+type Tables = BTreeMap<u32, std::sync::Arc<[u32]>>;
+
+/// As the kernel's chunk map: the table's chunks are overwritten, chunks
+/// past its end stay, and the map counts chunks against its capacity.
+fn set_maglev(
+    tables: &mut Tables,
+    t: &crate::planner::maglev::TableSpec,
+    capacity: u32,
+) -> Result<(), MapError> {
+    let chunk = weir_abi::maglev::CHUNK as usize;
+    let held = |t: &Tables| t.values().map(|v| v.len() / chunk).sum::<usize>();
+    let mut table = tables
+        .get(&t.rev_nat_id)
+        .map(|v| v.to_vec())
+        .unwrap_or_default();
+    let new = t.padded();
+    let before = table.len() / chunk;
+    if table.len() < new.len() {
+        table.resize(new.len(), 0);
+    }
+    let grows = table.len() / chunk - before;
+    if held(tables) + grows > capacity as usize {
+        return Err(MapError::Full {
+            map: MapName::Maglev,
+            capacity,
+        });
+    }
+    table[..new.len()].copy_from_slice(&new);
+    tables.insert(t.rev_nat_id, table.into());
+    Ok(())
+}
+
+fn delete_maglev(tables: &mut Tables, id: u32, chunks: std::ops::Range<u32>) {
+    let chunk = weir_abi::maglev::CHUNK as usize;
+    let Some(t) = tables.get(&id) else { return };
+    let mut t = t.to_vec();
+    let (from, to) = (chunks.start as usize * chunk, chunks.end as usize * chunk);
+    if to >= t.len() {
+        t.truncate(from.min(t.len()));
+    } else {
+        t[from..to].fill(0);
+    }
+    if t.is_empty() {
+        tables.remove(&id);
+    } else {
+        tables.insert(id, t.into());
+    }
 }

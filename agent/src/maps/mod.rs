@@ -25,10 +25,11 @@ pub enum MapOp {
     DeleteService(ServiceKey),
     UpsertSrcRange(SrcRange),
     DeleteSrcRange(SrcRange),
-    /// Builds the table and swaps it in for its rev-NAT id.
+    /// Builds the table and writes it over its rev-NAT id's chunks.
     SetMaglev(std::sync::Arc<TableSpec>),
-    /// Removes the table of a rev-NAT id.
-    DeleteMaglev(u32),
+    /// Removes chunks of a rev-NAT id's table: all of them, or those past
+    /// the end of a table that shrank.
+    DeleteMaglev(u32, std::ops::Range<u32>),
 }
 
 impl MapOp {
@@ -38,7 +39,7 @@ impl MapOp {
             Self::UpsertRevNat(..) | Self::DeleteRevNat(_) => MapName::RevNat,
             Self::UpsertService(..) | Self::DeleteService(_) => MapName::Services,
             Self::UpsertSrcRange(_) | Self::DeleteSrcRange(_) => MapName::SrcRanges,
-            Self::SetMaglev(_) | Self::DeleteMaglev(_) => MapName::Maglev,
+            Self::SetMaglev(_) | Self::DeleteMaglev(..) => MapName::Maglev,
         }
     }
 }
@@ -74,6 +75,18 @@ impl MapName {
     }
 }
 
+impl MapName {
+    /// What lets more entries in, for users who hit the capacity.
+    pub const fn remedy(self) -> &'static str {
+        match self {
+            Self::Services | Self::RevNat => "raise --max-services",
+            Self::Backends => "raise --max-backends",
+            Self::SrcRanges => "fewer loadBalancerSourceRanges across Services",
+            Self::Maglev => "raise --max-maglev-tables",
+        }
+    }
+}
+
 impl fmt::Display for MapName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.pin_name())
@@ -87,7 +100,7 @@ pub struct Capacity {
     pub backends: u32,
     pub revnat: u32,
     pub src_ranges: u32,
-    /// Frontends with a Maglev table.
+    /// Maglev table chunks ([`weir_abi::maglev::CHUNK`] positions each).
     pub maglev: u32,
 }
 
@@ -110,7 +123,8 @@ pub struct Snapshot {
     pub backends: BTreeMap<u32, Backend>,
     pub revnat: BTreeMap<u32, RevNat>,
     pub src_ranges: std::collections::BTreeSet<SrcRange>,
-    /// Maglev tables by rev-NAT id: position → backend id.
+    /// Maglev tables by rev-NAT id: position → backend id over whole chunks
+    /// (see [`maglev::assemble`]).
     pub maglev: BTreeMap<u32, std::sync::Arc<[u32]>>,
 }
 

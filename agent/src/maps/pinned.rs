@@ -75,7 +75,7 @@ const fn run_of(op: &MapOp) -> Run {
         MapOp::UpsertSrcRange(_)
         | MapOp::DeleteSrcRange(_)
         | MapOp::SetMaglev(_)
-        | MapOp::DeleteMaglev(_) => Run::Single,
+        | MapOp::DeleteMaglev(..) => Run::Single,
     }
 }
 
@@ -115,12 +115,15 @@ impl PinnedMaps {
     }
 }
 
-type Opened<K, V> = (HashMap<MapData, K, V>, u32, OwnedFd);
+pub(super) type Opened<K, V> = (HashMap<MapData, K, V>, u32, OwnedFd);
 
 /// The typed map, its capacity, and a second fd for the batch commands
 /// (aya's typed maps do not lend theirs). `HashMap::try_from` checks the
 /// key and value sizes, which the batches rely on.
-fn open<K: aya::Pod, V: aya::Pod>(dir: &Path, name: MapName) -> Result<Opened<K, V>, MapError> {
+pub(super) fn open<K: aya::Pod, V: aya::Pod>(
+    dir: &Path,
+    name: MapName,
+) -> Result<Opened<K, V>, MapError> {
     let read = |source: AyaMapError| MapError::Read {
         map: name,
         source: to_io(source),
@@ -162,7 +165,7 @@ impl LbMaps for PinnedMaps {
                     other => other,
                 });
             }
-            MapOp::DeleteMaglev(id) => return self.maglev.remove(*id),
+            MapOp::DeleteMaglev(id, chunks) => return self.maglev.remove(*id, chunks.clone()),
         };
         res.map_err(|e| self.write_error(op.map(), to_io(e)))
     }
@@ -332,7 +335,7 @@ const fn lpm_key(r: &SrcRange) -> LpmKey<SrcRangeKey> {
     LpmKey::new(r.prefix_len, r.key)
 }
 
-pub(super) fn absent_ok(r: Result<(), AyaMapError>) -> Result<(), AyaMapError> {
+fn absent_ok(r: Result<(), AyaMapError>) -> Result<(), AyaMapError> {
     match r {
         Err(AyaMapError::KeyNotFound | AyaMapError::ElementNotFound) => Ok(()),
         Err(AyaMapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::ENOENT) => {
@@ -342,7 +345,7 @@ pub(super) fn absent_ok(r: Result<(), AyaMapError>) -> Result<(), AyaMapError> {
     }
 }
 
-pub(super) fn to_io(e: AyaMapError) -> io::Error {
+fn to_io(e: AyaMapError) -> io::Error {
     match e {
         AyaMapError::SyscallError(s) => s.io_error,
         AyaMapError::IoError(e) => e,

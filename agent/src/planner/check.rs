@@ -24,7 +24,7 @@ pub fn phase(op: &MapOp) -> u8 {
         MapOp::UpsertService(..) => 5,
         MapOp::DeleteService(k) if k.slot == 0 => 6,
         MapOp::DeleteService(_) => 7,
-        MapOp::DeleteMaglev(_) => 9,
+        MapOp::DeleteMaglev(..) => 9,
         MapOp::DeleteBackend(_) => 10,
         MapOp::DeleteSrcRange(_) => 11,
         MapOp::DeleteRevNat(_) => 12,

@@ -39,6 +39,18 @@ impl TableSpec {
     pub fn build(&self) -> Vec<u32> {
         table(&self.members, self.size)
     }
+
+    /// The table as the map stores it: whole chunks, 0 past its end.
+    pub fn padded(&self) -> Vec<u32> {
+        let mut t = self.build();
+        t.resize(self.chunks() as usize * weir_abi::maglev::CHUNK as usize, 0);
+        t
+    }
+
+    /// The map entries the table takes.
+    pub const fn chunks(&self) -> u32 {
+        weir_abi::maglev::chunks(self.size)
+    }
 }
 
 /// The backends a frontend's table spreads flows over: those a new flow may

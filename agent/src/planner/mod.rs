@@ -136,12 +136,16 @@ pub fn diff(
             ops.push(MapOp::UpsertBackend(id, b));
         }
     }
-    if let Some(t) = old_table
-        && new_table
+    // The old table's chunks that the new one does not overwrite: all of
+    // them, or those past the end of a table that shrank.
+    if let Some(t) = old_table {
+        let kept = new_table
             .as_ref()
-            .is_none_or(|n| n.rev_nat_id != t.rev_nat_id)
-    {
-        ops.push(MapOp::DeleteMaglev(t.rev_nat_id));
+            .filter(|n| n.rev_nat_id == t.rev_nat_id)
+            .map_or(0, |n| n.chunks());
+        if kept < t.chunks() {
+            ops.push(MapOp::DeleteMaglev(t.rev_nat_id, kept..t.chunks()));
+        }
     }
     for id in old.backends.ids() {
         if !new_img.backends.contains(id) {
@@ -180,8 +184,15 @@ pub fn growth(
             .count();
         let revnat = usize::from(new.rev_nat_id != old.rev_nat_id);
         let src_ranges = new.src_ranges.difference(&old.src_ranges).count();
-        let table = |i: &FrontendImage| i.maglev.as_ref().map(|t| t.rev_nat_id);
-        let maglev = usize::from(table(new).is_some() && table(new) != table(old));
+        // Chunks the new table writes beyond what the old one holds.
+        let maglev = new.maglev.as_ref().map_or(0, |n| {
+            let held = old
+                .maglev
+                .as_ref()
+                .filter(|o| o.rev_nat_id == n.rev_nat_id)
+                .map_or(0, |o| o.chunks());
+            n.chunks().saturating_sub(held) as usize
+        });
         for (map, n) in [
             (MapName::Services, services),
             (MapName::Backends, backends),

@@ -113,7 +113,7 @@ pub fn restore(s: &Snapshot) -> Restored {
             continue;
         };
         if let Some(t) = s.maglev.get(&spec.rev_nat_id)
-            && **t == *spec.build()
+            && **t == *spec.padded()
         {
             claimed_tables.insert(spec.rev_nat_id);
             p.maglev = Some(std::sync::Arc::new(spec));
@@ -123,8 +123,14 @@ pub fn restore(s: &Snapshot) -> Restored {
         .into_iter()
         .map(|(fe, p)| (fe, FrontendImage::from(p)))
         .collect();
-    for &id in s.maglev.keys().filter(|id| !claimed_tables.contains(*id)) {
-        out.orphans.push(MapOp::DeleteMaglev(id));
+    for (&id, t) in s
+        .maglev
+        .iter()
+        .filter(|(id, _)| !claimed_tables.contains(*id))
+    {
+        let held = u32::try_from(t.len()).unwrap_or(u32::MAX);
+        out.orphans
+            .push(MapOp::DeleteMaglev(id, 0..weir_abi::maglev::chunks(held)));
     }
 
     for k in s.services.keys().filter(|k| !claimed_slots.contains(*k)) {

@@ -154,7 +154,8 @@ fn short(ops: &[MapOp]) -> Vec<String> {
             MapOp::UpsertSrcRange(r) => format!("L+{}", cidr_of(r)),
             MapOp::DeleteSrcRange(r) => format!("L-{}", cidr_of(r)),
             MapOp::SetMaglev(t) => format!("T+{}", t.rev_nat_id),
-            MapOp::DeleteMaglev(id) => format!("T-{id}"),
+            MapOp::DeleteMaglev(id, c) if c.start == 0 => format!("T-{id}"),
+            MapOp::DeleteMaglev(id, c) => format!("T-{id}@{}..{}", c.start, c.end),
         })
         .collect()
 }
@@ -188,8 +189,10 @@ fn render_op(op: &MapOp) -> String {
         MapOp::DeleteSrcRange(r) => {
             return format!("delete srcrng  revnat={} {}", r.rev_nat_id(), cidr_of(&r));
         }
-        MapOp::SetMaglev(ref t) => drop(one.maglev.insert(t.rev_nat_id, t.build().into())),
-        MapOp::DeleteMaglev(id) => return format!("delete maglev  revnat={id}"),
+        MapOp::SetMaglev(ref t) => drop(one.maglev.insert(t.rev_nat_id, t.padded().into())),
+        MapOp::DeleteMaglev(id, ref c) => {
+            return format!("delete maglev  revnat={id} chunks={}..{}", c.start, c.end);
+        }
     }
     format!("upsert {}", dump::render(&one).trim_end())
 }

@@ -69,8 +69,9 @@ pub const MAP_SRC_RANGES: &str = "WEIR_SRC_RANGE";
 pub const MAP_CONFIG: &str = "WEIR_CONFIG";
 /// Pin name of the per-CPU packet counters.
 pub const MAP_STATS: &str = "WEIR_STATS";
-/// Pin name of the Maglev tables: a hash of maps from a frontend's rev-NAT
-/// id to its lookup table (see [`maglev`]).
+/// Pin name of the Maglev tables: a hash from
+/// [`maglev::MaglevKey`] (a frontend's rev-NAT id and a chunk number) to
+/// [`maglev::MaglevChunk`] (see [`maglev`]).
 pub const MAP_MAGLEV: &str = "WEIR_MAGLEV";
 
 /// Default capacity of the services map: service-port entries, master and slots
@@ -89,11 +90,12 @@ pub const DEFAULT_MAX_CT: u32 = 524_288;
 pub const DEFAULT_MAX_AFFINITY: u32 = 65_536;
 /// Default capacity of the source-range trie.
 pub const DEFAULT_MAX_SRC_RANGES: u32 = 16_384;
-/// Capacity of the Maglev map: frontends with a table. Entries are allocated
-/// as they are added; the tables themselves (8 bytes per position: the
-/// kernel rounds array values up to 8 bytes) are the
-/// memory that counts.
-pub const DEFAULT_MAX_MAGLEV: u32 = 65_536;
+/// Default number of Maglev tables (`--max-maglev-tables`). The map holds
+/// chunks, allocated as they are written (4 KiB each, 68 KiB for a table of
+/// the default size); its capacity in chunks is this times
+/// [`maglev::chunks`] of the table size, and the kernel allocates 16 bytes
+/// of hash buckets per chunk of capacity up front (2 MiB at the defaults).
+pub const DEFAULT_MAX_MAGLEV_TABLES: u32 = 4_096;
 
 /// `IPPROTO_TCP`.
 pub const PROTO_TCP: u8 = 6;
@@ -662,6 +664,8 @@ mod pod {
     unsafe impl aya::Pod for super::SrcRangeKey {}
     unsafe impl aya::Pod for super::Config {}
     unsafe impl aya::Pod for super::StatValue {}
+    unsafe impl aya::Pod for super::maglev::MaglevKey {}
+    unsafe impl aya::Pod for super::maglev::MaglevChunk {}
 }
 
 #[cfg(test)]

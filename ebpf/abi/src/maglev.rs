@@ -15,8 +15,54 @@ use crate::Addr;
 pub const DEFAULT_TABLE_SIZE: u32 = 16_381;
 /// Smallest table size accepted.
 pub const MIN_TABLE_SIZE: u32 = 251;
-/// Largest table size accepted: 1 MiB of kernel memory per frontend.
+/// Largest table size accepted: 528 KiB of kernel memory per frontend.
 pub const MAX_TABLE_SIZE: u32 = 131_071;
+
+/// Positions per [`MaglevChunk`]. A table is stored as chunks in a plain hash
+/// map rather than as an array in a hash of maps: replacing an inner map
+/// makes the syscall wait for an RCU grace period (8–18 ms measured), which
+/// made a cold sync of 10k Maglev frontends take 84 s. A chunk is written
+/// in place, so a reader may see chunks of the old table next to chunks of
+/// the new one; each position still names a backend of one of them, and a
+/// pick re-checks that backend (`pick::maglev_backend`), so that costs
+/// consistency for an instant, never a dropped flow.
+///
+/// 1000 positions make a 4000-byte value; with the 8-byte key, the hash
+/// element's 48-byte header and the allocator's 8-byte link that is 4064
+/// bytes, one 4 KiB slab object per chunk. (64 positions would take a
+/// 512-byte object for 256 bytes of table.)
+pub const CHUNK: u32 = 1_000;
+
+/// Chunks a table of `size` positions takes.
+#[inline(always)]
+pub const fn chunks(size: u32) -> u32 {
+    size.div_ceil(CHUNK)
+}
+
+/// Key of [`crate::MAP_MAGLEV`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct MaglevKey {
+    pub rev_nat_id: u32,
+    /// Positions `chunk * CHUNK ..` of the table.
+    pub chunk: u32,
+}
+
+/// Value of [`crate::MAP_MAGLEV`]: backend ids by position. Positions past
+/// the table's size in its last chunk hold 0, which no backend id is.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MaglevChunk {
+    pub ids: [u32; CHUNK as usize],
+}
+
+impl Default for MaglevChunk {
+    fn default() -> Self {
+        Self {
+            ids: [0; CHUNK as usize],
+        }
+    }
+}
 
 const C1: u32 = 0xcc9e_2d51;
 const C2: u32 = 0x1b87_3593;

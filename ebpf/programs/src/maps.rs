@@ -4,16 +4,17 @@
 //! here are the defaults. Every map is pinned by name so that a restarted agent
 //! (and the conntrack collector) finds the same maps and their state.
 use aya_ebpf::{
-    bindings::{BPF_F_INNER_MAP, BPF_F_NO_PREALLOC, bpf_fib_lookup},
-    btf_maps::{Array as BtfArray, HashOfMaps, SkStorage},
+    bindings::{BPF_F_NO_PREALLOC, bpf_fib_lookup},
+    btf_maps::SkStorage,
     macros::{btf_map, map},
     maps::{Array, HashMap, LpmTrie, LruHashMap, PerCpuArray},
 };
 use weir_abi::{
     AffinityKey, AffinityValue, Backend, Config, CtKey, CtValue, DEFAULT_MAX_AFFINITY,
-    DEFAULT_MAX_BACKENDS, DEFAULT_MAX_CT, DEFAULT_MAX_MAGLEV, DEFAULT_MAX_REVSOCK,
+    DEFAULT_MAX_BACKENDS, DEFAULT_MAX_CT, DEFAULT_MAX_MAGLEV_TABLES, DEFAULT_MAX_REVSOCK,
     DEFAULT_MAX_SERVICES, DEFAULT_MAX_SRC_RANGES, RevNat, RevSockKey, RevSockValue, STAT_ENTRIES,
     ServiceKey, ServiceValue, SockPicks, SrcRangeKey, StatValue,
+    maglev::{DEFAULT_TABLE_SIZE, MaglevChunk, MaglevKey, chunks},
 };
 
 // Preallocated: the agent's first sync writes about a million entries into
@@ -59,19 +60,14 @@ pub static REVSOCK: LruHashMap<RevSockKey, RevSockValue> =
 #[btf_map(name = "WEIR_SOCK_PICK")]
 pub static SOCK_PICKS: SkStorage<SockPicks> = SkStorage::new();
 
-// Maglev tables by rev-NAT id. The agent builds each table as a new array,
-// fills it, and swaps it in with one update of this map, so a reader sees
-// the old table or the new one, never a mix. `BPF_F_INNER_MAP` lets the
-// inner arrays have any size (`--maglev-table-size`), not only the
-// template's; the price is a lookup the verifier does not inline, and the
-// size the programs index with comes from the master, not the array.
-#[btf_map(name = "WEIR_MAGLEV")]
-pub static MAGLEV: HashOfMaps<
-    u32,
-    BtfArray<u32, { weir_abi::maglev::DEFAULT_TABLE_SIZE as usize }, { BPF_F_INNER_MAP as usize }>,
-    { DEFAULT_MAX_MAGLEV as usize },
-    { BPF_F_NO_PREALLOC as usize },
-> = HashOfMaps::new();
+// Maglev tables in chunks (see `weir_abi::maglev::CHUNK` for why not a
+// hash of arrays). Allocated per chunk as written: most nodes hold few
+// tables, and a preallocated map would reserve 4 KiB per chunk of capacity.
+#[map(name = "WEIR_MAGLEV")]
+pub static MAGLEV: HashMap<MaglevKey, MaglevChunk> = HashMap::pinned(
+    DEFAULT_MAX_MAGLEV_TABLES * chunks(DEFAULT_TABLE_SIZE),
+    BPF_F_NO_PREALLOC,
+);
 
 // LRU so that a full table evicts the oldest flows instead of refusing new ones;
 // the agent's collector removes expired pairs long before that in normal use.

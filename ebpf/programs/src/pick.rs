@@ -5,6 +5,7 @@ use aya_ebpf::helpers::generated::bpf_get_prandom_u32;
 pub use weir_abi::pick::Pick;
 use weir_abi::{
     Addr, AffinityKey, AffinityValue, Backend, SVC_F_AFFINITY, ServiceKey, ServiceValue,
+    maglev::{CHUNK, MaglevKey},
     pick::{self as shared, LbMapsView},
 };
 
@@ -29,9 +30,21 @@ impl LbMapsView for Kernel {
 
     #[inline(always)]
     fn maglev(&self, rev_nat_id: u32, index: u32) -> Option<u32> {
-        // SAFETY: the agent never writes a table after it swapped it in (it
-        // builds a new one), and the inner array lives while we hold it.
-        unsafe { MAGLEV.get_value(&rev_nat_id, &index) }.copied()
+        let key = MaglevKey {
+            rev_nat_id,
+            chunk: index / CHUNK,
+        };
+        // SAFETY: as above. An update by the agent links a new element in
+        // place of this one, so the chunk read is whole (old or new).
+        let chunk = unsafe { MAGLEV.get(&key) }?;
+        // Verifier: LLVM knows `index % CHUNK < CHUNK`, drops the bounds
+        // check of `get`, and computes the remainder as `index - q * CHUNK`,
+        // which the verifier cannot bound ("unbounded memory access"). A
+        // volatile read hides the range from LLVM, so the check stays.
+        let pos = index % CHUNK;
+        // SAFETY: a read of a local.
+        let pos = unsafe { core::ptr::read_volatile(&pos) };
+        chunk.ids.get(pos as usize).copied()
     }
 }
 

@@ -26,10 +26,14 @@ fn lb(backends: Vec<Backend>, maglev: Option<u32>) -> DesiredFrontend {
     }
 }
 
-/// Backend ids of the frontend's table, position by position.
+/// Backend ids of the frontend's table, position by position, up to the
+/// size its master gives (the map holds whole chunks, padded with 0).
 fn table_of(w: &World) -> Arc<[u32]> {
-    let rev = w.master(lb_fe()).rev_nat_id;
-    w.maps.state.maglev[&rev].clone()
+    let m = w.master(lb_fe());
+    let held = &w.maps.state.maglev[&m.rev_nat_id];
+    let (table, padding) = held.split_at(m.backend_id as usize);
+    assert!(padding.iter().all(|id| *id == 0), "padding past the size");
+    table.into()
 }
 
 #[test]
@@ -127,14 +131,57 @@ fn restore_keeps_a_matching_table_and_replaces_a_stale_one() {
     // the right one before anything else could rely on it.
     let rev = w.master(lb_fe()).rev_nat_id;
     let mut stale = w.maps.state.clone();
-    stale.maglev.insert(rev, vec![1; 251].into());
-    // And a table no frontend asks for.
-    stale.maglev.insert(77, vec![9; 251].into());
+    stale.maglev.insert(rev, vec![1; 1000].into());
+    // And a table no frontend asks for, of three chunks.
+    stale.maglev.insert(77, vec![9; 3000].into());
     let mut r = restore(&stale);
     assert_eq!(
         r.orphans,
-        [MapOp::DeleteMaglev(rev), MapOp::DeleteMaglev(77)]
+        [
+            MapOp::DeleteMaglev(rev, 0..1),
+            MapOp::DeleteMaglev(77, 0..3)
+        ]
     );
     let p = plan(lb_fe(), r.images.get(&lb_fe()), Some(&d), &mut r.ids);
     assert_eq!(short(&p.ops), [format!("T+{rev}")]);
+}
+
+#[test]
+fn a_shrunk_table_drops_its_last_chunks_once_the_master_has_its_size() {
+    let mut w = World::new();
+    w.set_desired(&lb(active(&[1, 2, 3]), Some(2003)));
+    let rev = w.master(lb_fe()).rev_nat_id;
+    assert_eq!(w.maps.state.maglev[&rev].len(), 3000, "three chunks");
+
+    let p = w.set_desired(&lb(active(&[1, 2, 3]), Some(251)));
+    assert_eq!(
+        short(&p.ops),
+        [format!("T+{rev}"), "M+".to_owned(), format!("T-{rev}@1..3")]
+    );
+    let held = &w.maps.state.maglev[&rev];
+    assert_eq!(held.len(), 1000);
+    let spec = w.images[&lb_fe()].maglev.clone().expect("a table");
+    assert_eq!(**held, *spec.padded());
+
+    // Growing back writes every chunk before the master asks for them.
+    let p = w.set_desired(&lb(active(&[1, 2, 3]), Some(2003)));
+    assert_eq!(short(&p.ops), [format!("T+{rev}"), "M+".to_owned()]);
+    assert_eq!(w.maps.state.maglev[&rev].len(), 3000);
+}
+
+#[test]
+fn tables_count_against_the_map_in_chunks() {
+    use crate::{maps::MapName, planner::growth};
+    let img = |size| {
+        let mut w = World::new();
+        w.set_desired(&lb(active(&[1, 2]), Some(size)));
+        w.images[&lb_fe()].clone()
+    };
+    let (small, big) = (img(251), img(2003));
+    assert_eq!(growth(None, Some(&big)).get(&MapName::Maglev), Some(&3));
+    assert_eq!(
+        growth(Some(&small), Some(&big)).get(&MapName::Maglev),
+        Some(&2)
+    );
+    assert_eq!(growth(Some(&big), Some(&small)).get(&MapName::Maglev), None);
 }

@@ -548,16 +548,19 @@ fn program(c: &mut Contender, svcs: &[Svc], opts: &DatapathOptions) -> Result<Op
                 let mut args = vec!["--manifests", &m, "--cgroup", &cg, "--bpffs", &p];
                 args.extend(["--socket-lb=false", "--devices", lab::NODE_DEVICES]);
                 args.extend(limits);
+                // A table per external frontend, one per Service.
+                let tables = (svcs.len() + 1024).to_string();
                 if c.kind.frontend() != manifests::Frontend::ClusterIp {
                     // SNAT keeps the client's port wherever the range holds
                     // it, and the lab's node has no sockets of its own to
                     // collide with: the default 4,536 ports per backend would
                     // run out within a second of connect-request-reply.
                     args.extend(["--snat-port-range", "1024-65535"]);
-                    // 4093 positions (≥ 100 × the 2 backends): a table is
-                    // 32 KiB of kernel memory, 3.2 GiB at 100,000 Services;
-                    // the default size would take four times that.
-                    args.extend(["--maglev-table-size", "4093"]);
+                    // 997 positions (≥ 100 × the 2 backends) fill one 4 KiB
+                    // chunk: 400 MiB at 100,000 Services, where the default
+                    // size would take 6.8 GiB.
+                    args.extend(["--maglev-table-size", "997"]);
+                    args.extend(["--max-maglev-tables", &tables]);
                 }
                 WeirAgent::Tc(
                     c.lab

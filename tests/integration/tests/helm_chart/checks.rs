@@ -53,6 +53,7 @@ pub(crate) fn default_args() -> Vec<String> {
         "--acceleration=disabled",
         "--lb-algorithm=random",
         "--maglev-table-size=16381",
+        "--max-maglev-tables=4096",
         "--proc-root=/host/proc",
         "--log-format=text",
     ])

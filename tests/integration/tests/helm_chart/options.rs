@@ -61,10 +61,14 @@ fn datapath_options_render_as_flags() {
     assert!(r.args().contains(&"--acceleration=best-effort".to_owned()));
     let r = render_ok(&[
         "--set",
-        "loadBalancer.algorithm=maglev,loadBalancer.maglevTableSize=65521",
+        "loadBalancer.algorithm=maglev,loadBalancer.maglevTableSize=65521,loadBalancer.maxMaglevTables=100",
     ]);
     r.check_all_typed();
-    for want in ["--lb-algorithm=maglev", "--maglev-table-size=65521"] {
+    for want in [
+        "--lb-algorithm=maglev",
+        "--maglev-table-size=65521",
+        "--max-maglev-tables=100",
+    ] {
         assert!(
             r.args().iter().any(|a| a == want),
             "{want} in {:?}",

@@ -37,6 +37,10 @@ fn schema_rejects_bad_values_naming_the_field() {
             "- at '/loadBalancer/maglevTableSize': value must be one of 251, 509,",
         ),
         (
+            &["--set", "loadBalancer.maxMaglevTables=0"],
+            "- at '/loadBalancer/maxMaglevTables': minimum: got 0, want 1",
+        ),
+        (
             &["--set", "maps.maxServices=0"],
             "- at '/maps/maxServices': minimum: got 0, want 1",
         ),

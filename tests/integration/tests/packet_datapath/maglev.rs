@@ -9,10 +9,10 @@ use std::{
 };
 
 use anyhow::{Context as _, Result, ensure};
-use aya::maps::{Array, HashMap, HashOfMaps, Map, MapData};
+use aya::maps::{HashMap, Map, MapData};
 use weir_abi::{
     Addr, Backend, PROTO_TCP, SCOPE_ALL, SVC_F_MAGLEV, ServiceKey, ServiceValue,
-    maglev::flow_hash,
+    maglev::{CHUNK, MaglevChunk, MaglevKey, flow_hash},
     pick::{self, LbMapsView},
 };
 use weir_integration::packet_topology::{
@@ -42,7 +42,8 @@ fn svc() -> Svc {
 struct Pinned {
     services: HashMap<MapData, ServiceKey, ServiceValue>,
     backends: HashMap<MapData, u32, Backend>,
-    tables: BTreeMap<u32, Vec<u32>>,
+    /// `WEIR_MAGLEV` as read once: (rev-NAT id, chunk) → chunk.
+    chunks: BTreeMap<(u32, u32), MaglevChunk>,
 }
 
 impl Pinned {
@@ -53,21 +54,16 @@ impl Pinned {
         };
         let services = HashMap::try_from(Map::HashMap(data(weir_abi::MAP_SERVICES)?))?;
         let backends = HashMap::try_from(Map::HashMap(data(weir_abi::MAP_BACKENDS)?))?;
-        let outer: HashOfMaps<MapData, u32, MapData> =
-            HashOfMaps::try_from(Map::HashOfMaps(data(weir_abi::MAP_MAGLEV)?))?;
-        let mut tables = BTreeMap::new();
-        for id in outer.keys() {
-            let id = id?;
-            let inner: Array<MapData, u32> = Array::try_from(Map::Array(outer.get(&id, 0)?))?;
-            let table = (0..inner.len())
-                .map(|i| inner.get(&i, 0))
-                .collect::<Result<Vec<_>, _>>()?;
-            tables.insert(id, table);
-        }
+        let maglev: HashMap<MapData, MaglevKey, MaglevChunk> =
+            HashMap::try_from(Map::HashMap(data(weir_abi::MAP_MAGLEV)?))?;
+        let chunks = maglev
+            .iter()
+            .map(|kv| kv.map(|(k, v)| ((k.rev_nat_id, k.chunk), v)))
+            .collect::<Result<_, _>>()?;
         Ok(Self {
             services,
             backends,
-            tables,
+            chunks,
         })
     }
 
@@ -99,8 +95,10 @@ impl LbMapsView for Pinned {
     fn backend(&self, id: u32) -> Option<Backend> {
         self.backends.get(&id, 0).ok()
     }
+    // As the programs look a position up.
     fn maglev(&self, rev_nat_id: u32, index: u32) -> Option<u32> {
-        self.tables.get(&rev_nat_id)?.get(index as usize).copied()
+        let chunk = self.chunks.get(&(rev_nat_id, index / CHUNK))?;
+        chunk.ids.get((index % CHUNK) as usize).copied()
     }
 }
 
@@ -136,7 +134,17 @@ fn flows_from_outside_follow_the_table_and_two_nodes_agree() -> Result<()> {
         master.flags & SVC_F_MAGLEV != 0 && master.backend_id == 4093,
         "the LB frontend has no 4093-position table: {master:?}"
     );
-    assert_eq!(here.tables[&master.rev_nat_id].len(), 4093);
+    // Five chunks of 1000 positions, the last one padded with 0 past 4093.
+    let rev = master.rev_nat_id;
+    let held: Vec<u32> = here
+        .chunks
+        .range((rev, 0)..=(rev, u32::MAX))
+        .map(|(k, _)| k.1)
+        .collect();
+    assert_eq!(held, [0, 1, 2, 3, 4]);
+    let (table, padding) = here.chunks[&(rev, 4)].ids.split_at(93);
+    assert!(table.iter().all(|&id| id != 0), "a hole in the table");
+    assert!(padding.iter().all(|&id| id == 0), "ids past the end");
 
     // The kernel: every connection lands where the table says. Two
     // backends, so 24 agreeing connections by chance would be 1 in 16
