@@ -229,20 +229,11 @@ impl Relay {
         port: u16,
         upstream: SocketAddr,
     ) -> Result<Self> {
-        let path = netns.path();
-        // setns(2) moves only the calling thread, and a socket belongs to the
-        // namespace of the thread that creates it: bind on a throwaway thread,
-        // keep connecting upstream (in `serve`) on threads of this namespace.
-        let listener = std::thread::spawn(move || -> Result<TcpListener> {
-            let ns = std::fs::File::open(&path).with_context(|| format!("opening {path}"))?;
-            // SAFETY: setns on an fd we own; it changes only this thread.
-            let rc =
-                unsafe { libc::setns(std::os::fd::AsRawFd::as_raw_fd(&ns), libc::CLONE_NEWNET) };
-            anyhow::ensure!(rc == 0, "setns {path}: {}", io::Error::last_os_error());
+        // Bind inside the namespace, keep connecting upstream (in `serve`)
+        // on threads of this one.
+        let listener = crate::topology::in_netns(&netns.path(), move || {
             Ok(TcpListener::bind(("127.0.0.1", port))?)
-        })
-        .join()
-        .map_err(|_| anyhow::anyhow!("relay setup thread panicked"))??;
+        })?;
         Self::serve(listener, upstream)
     }
 

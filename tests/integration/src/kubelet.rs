@@ -329,16 +329,8 @@ pub fn find<'a>(pods: &'a [Pod], name: &str) -> Option<&'a Pod> {
 /// only the calling thread), which costs far less than an nsenter + curl
 /// process at the bench's 20 ms polling.
 pub fn http_get_in(netns: &str, port: u16, path: &str) -> Result<(u16, String)> {
-    let (netns, path) = (netns.to_owned(), path.to_owned());
-    std::thread::spawn(move || -> Result<(u16, String)> {
-        let ns = std::fs::File::open(&netns).with_context(|| format!("opening {netns}"))?;
-        // SAFETY: setns on an fd we own; it changes only this thread.
-        let rc = unsafe { libc::setns(std::os::fd::AsRawFd::as_raw_fd(&ns), libc::CLONE_NEWNET) };
-        ensure!(
-            rc == 0,
-            "setns {netns}: {}",
-            std::io::Error::last_os_error()
-        );
+    let path = path.to_owned();
+    crate::topology::in_netns(netns, move || -> Result<(u16, String)> {
         let mut s = TcpStream::connect(("127.0.0.1", port))?;
         s.set_read_timeout(Some(Duration::from_secs(5)))?;
         // HTTP/1.0: the server closes after one response and sends no chunks.
@@ -354,8 +346,6 @@ pub fn http_get_in(netns: &str, port: u16, path: &str) -> Result<(u16, String)> 
             .context("no HTTP status")?;
         Ok((code, body.to_owned()))
     })
-    .join()
-    .map_err(|_| anyhow::anyhow!("HTTP thread panicked"))?
 }
 
 /// utime + stime of `pid`, in seconds.

@@ -27,6 +27,7 @@ pub mod images;
 pub mod kubelet;
 pub mod manifest;
 pub mod packet_topology;
+pub mod prog_run;
 pub mod release_images;
 pub mod sweep;
 pub mod topology;
@@ -67,23 +68,25 @@ pub fn pinned_map_len(path: &std::path::Path) -> anyhow::Result<usize> {
 pub fn linked_programs(
     links_dir: &std::path::Path,
 ) -> anyhow::Result<std::collections::BTreeSet<u64>> {
-    use anyhow::Context as _;
     let mut ids = std::collections::BTreeSet::new();
     for entry in std::fs::read_dir(links_dir)? {
-        let path = entry?.path();
-        let link = bpftool(&[
-            "link".as_ref(),
-            "show".as_ref(),
-            "pinned".as_ref(),
-            path.as_os_str(),
-        ])?;
-        ids.insert(
-            link["prog_id"]
-                .as_u64()
-                .with_context(|| format!("{}: {link}", path.display()))?,
-        );
+        ids.insert(linked_program(&entry?.path())?);
     }
     Ok(ids)
+}
+
+/// The id of the program behind the link pinned at `link`.
+pub fn linked_program(link: &std::path::Path) -> anyhow::Result<u64> {
+    use anyhow::Context as _;
+    let v = bpftool(&[
+        "link".as_ref(),
+        "show".as_ref(),
+        "pinned".as_ref(),
+        link.as_os_str(),
+    ])?;
+    v["prog_id"]
+        .as_u64()
+        .with_context(|| format!("{}: {v}", link.display()))
 }
 
 /// Directory with the built binaries: `WEIR_BIN_DIR`, or `target/debug`.

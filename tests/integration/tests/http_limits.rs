@@ -12,7 +12,6 @@
 //! keep the kubelet's or a load balancer's probe out, nor make the agent spin.
 use std::{
     net::{SocketAddr, TcpStream},
-    os::fd::AsRawFd as _,
     process::Command,
     time::{Duration, Instant},
 };
@@ -34,12 +33,7 @@ const IDLE: usize = 2_000;
 /// Sockets belong to the namespace of the thread that creates them, so a
 /// throwaway thread enters it.
 fn idle_connections(netns: &Netns, target: SocketAddr, n: usize) -> Result<Vec<TcpStream>> {
-    let path = netns.path();
-    std::thread::spawn(move || -> Result<Vec<TcpStream>> {
-        let ns = std::fs::File::open(&path).with_context(|| format!("opening {path}"))?;
-        // SAFETY: setns on an fd we own; it changes only this thread.
-        let rc = unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) };
-        ensure!(rc == 0, "setns {path}: {}", std::io::Error::last_os_error());
+    weir_integration::topology::in_netns(&netns.path(), move || {
         let mut held = Vec::with_capacity(n);
         let mut failed_in_a_row = 0;
         while held.len() < n && failed_in_a_row < 10 {
@@ -53,8 +47,6 @@ fn idle_connections(netns: &Netns, target: SocketAddr, n: usize) -> Result<Vec<T
         }
         Ok(held)
     })
-    .join()
-    .map_err(|_| anyhow::anyhow!("connecting thread panicked"))?
 }
 
 /// CPU seconds (user + system) the process has used.

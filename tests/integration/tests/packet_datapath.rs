@@ -18,6 +18,7 @@
 //! | `xdp` | native XDP counters and flows; best-effort fallback (with its warning) to TC on a device without native XDP (a bridge: this kernel has no `dummy`), with traffic through it |
 //! | `clusterip` | per-packet ClusterIP (hairpin, internalTrafficPolicy Local); a pod's connected UDP socket leaves a removed backend |
 //! | `bad_input` | field-named errors for the new fields, at start and at runtime; good Services keep working |
+//! | `kernel_run` | `BPF_PROG_TEST_RUN` of the attached TC and XDP programs over the agent's maps: exact DNAT, SNAT and rev-NAT frames (v4, v6, TCP, UDP) with every checksum verified, eTP=Local and source-range drops, affinity, untranslated frames passed byte for byte |
 //! | `verifier` | every attached program's verified instruction count stays within its budget |
 //! | `hardening` | forged ACK floods evict no flow; forged replies from a pod or the backend's side neither close nor remove SNAT flows; SNAT ports found at 90-99% use, exhaustion counted |
 #[path = "packet_datapath/support.rs"]
@@ -39,6 +40,8 @@ mod external;
 mod hardening;
 #[path = "packet_datapath/in_cluster.rs"]
 mod in_cluster;
+#[path = "packet_datapath/kernel_run.rs"]
+mod kernel_run;
 #[path = "packet_datapath/lifecycle.rs"]
 mod lifecycle;
 #[path = "packet_datapath/maglev.rs"]

@@ -443,28 +443,14 @@ pub fn check_moved(
 }
 
 /// The name of the program behind the device link the agent pinned as
-/// `links/<pin>`, as the kernel reports it through bpftool.
+/// `links/<pin>`, as the kernel reports it.
 pub fn linked_program(agent: &PacketAgent, pin: &str) -> Result<String> {
-    let bpftool = |args: &[&str]| -> Result<serde_json::Value> {
-        let out = std::process::Command::new("bpftool")
-            .arg("-j")
-            .args(args)
-            .output()?;
-        ensure!(
-            out.status.success(),
-            "bpftool {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Ok(serde_json::from_slice(&out.stdout)?)
-    };
-    let path = agent.pin_dir().join("links").join(pin);
-    let link = bpftool(&["link", "show", "pinned", &path.display().to_string()])?;
-    let prog_id = link["prog_id"]
-        .as_u64()
-        .ok_or_else(|| anyhow::anyhow!("bpftool link show {}: {link}", path.display()))?;
-    let prog = bpftool(&["prog", "show", "id", &prog_id.to_string()])?;
-    prog["name"]
-        .as_str()
+    let id = weir_integration::linked_program(&agent.pin_dir().join("links").join(pin))?;
+    let prog = aya::programs::loaded_programs()
+        .filter_map(Result::ok)
+        .find(|p| u64::from(p.id()) == id)
+        .ok_or_else(|| anyhow::anyhow!("no program {id}"))?;
+    prog.name_as_str()
         .map(str::to_owned)
-        .ok_or_else(|| anyhow::anyhow!("bpftool prog show id {prog_id}: {prog}"))
+        .ok_or_else(|| anyhow::anyhow!("program {id} has no name"))
 }
