@@ -64,6 +64,8 @@ pub struct DatapathOptions {
     /// Program every lab at once: the loads overlap on the two cores, so
     /// `cold_sync` is an upper bound; only `--quick` does it, to stay short.
     pub parallel_programming: bool,
+    /// The contenders by label ([`contender_labels`]); empty: all of them.
+    pub contenders: Vec<String>,
 }
 
 impl DatapathOptions {
@@ -80,7 +82,21 @@ impl DatapathOptions {
             // linearly; past this a ruleset is reported as not loadable.
             load_timeout: Duration::from_secs(120),
             parallel_programming: false,
+            contenders: Vec::new(),
         }
+    }
+
+    /// Keeps only the contenders named (see [`contender_labels`]).
+    pub fn only(mut self, labels: Vec<String>) -> Result<Self> {
+        let known = contender_labels();
+        if let Some(bad) = labels.iter().find(|l| !known.contains(l)) {
+            bail!(
+                "no contender {bad:?}; the contenders are {}",
+                known.join(", ")
+            );
+        }
+        self.contenders = labels;
+        Ok(self)
     }
 
     pub fn quick() -> Self {
@@ -108,6 +124,11 @@ impl DatapathOptions {
             ..Self::full()
         }
     }
+}
+
+/// Every contender's label, as `--contenders` takes them.
+pub fn contender_labels() -> Vec<String> {
+    Kind::ALL.iter().map(|k| k.label()).collect()
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -240,7 +261,8 @@ pub fn run(opts: &DatapathOptions, work: &Path) -> Result<(Vec<Record>, Vec<Stri
     std::fs::create_dir_all(work)?;
     let mut notes = Vec::new();
     let mut contenders = Vec::new();
-    for kind in Kind::ALL {
+    let wanted = |k: &Kind| opts.contenders.is_empty() || opts.contenders.contains(&k.label());
+    for kind in Kind::ALL.into_iter().filter(wanted) {
         let lab = Lab::new(&kind.label(), opts.endpoints)?;
         lab.full_checksums()?;
         let weir = if kind.is_weir() {
@@ -817,4 +839,20 @@ fn proc_usage(pid: u32) -> Result<(f64, f64)> {
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
     Ok((rss_kb / 1024.0, ticks / hz))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contenders_are_chosen_by_label() {
+        let two = vec!["direct".to_owned(), "weir-socket".to_owned()];
+        let o = DatapathOptions::quick().only(two.clone()).unwrap();
+        assert_eq!(o.contenders, two);
+        let e = DatapathOptions::quick()
+            .only(vec!["ipvs".into()])
+            .unwrap_err();
+        assert!(e.to_string().contains("iptables-legacy"), "{e}");
+    }
 }

@@ -23,6 +23,12 @@ pub enum Bench {
         /// N up to 10,000, three repetitions: about 16 minutes on 2 cores.
         #[arg(long)]
         quick: bool,
+        /// These Service counts instead of the mode's (e.g. 100000).
+        #[arg(long, value_delimiter = ',')]
+        services: Vec<u32>,
+        /// Only these contenders (e.g. direct,weir-socket); all by default.
+        #[arg(long, value_delimiter = ',')]
+        contenders: Vec<String>,
         /// Write the records as JSON here (default: <out>/datapath.json).
         #[arg(long)]
         json: Option<PathBuf>,
@@ -86,12 +92,22 @@ pub enum Bench {
 pub fn run(bench: Bench) -> Result<()> {
     let work = std::env::temp_dir().join(format!("weir-test-{}-bench", std::process::id()));
     let result = match bench {
-        Bench::Datapath { quick, json, out } => {
-            let opts = if quick {
+        Bench::Datapath {
+            quick,
+            services,
+            contenders,
+            json,
+            out,
+        } => {
+            let mut opts = if quick {
                 DatapathOptions::quick()
             } else {
                 DatapathOptions::full()
-            };
+            }
+            .only(contenders)?;
+            if !services.is_empty() {
+                opts.services = services;
+            }
             let (records, notes) = datapath::run(&opts, &work)?;
             let title = if quick {
                 "Datapath bench (quick)"
