@@ -36,7 +36,7 @@ impl LbMapsView for Kernel {
         };
         // SAFETY: as above. An update by the agent links a new element in
         // place of this one, so the chunk read is whole (old or new).
-        let chunk = unsafe { MAGLEV.get(&key) }?;
+        let chunk = unsafe { MAGLEV.get(key) }?;
         // Verifier: LLVM knows `index % CHUNK < CHUNK`, drops the bounds
         // check of `get`, and computes the remainder as `index - q * CHUNK`,
         // which the verifier cannot bound ("unbounded memory access"). A
