@@ -73,9 +73,7 @@ impl MapName {
             Self::Maglev => weir_abi::MAP_MAGLEV,
         }
     }
-}
 
-impl MapName {
     /// What lets more entries in, for users who hit the capacity.
     pub const fn remedy(self) -> &'static str {
         match self {

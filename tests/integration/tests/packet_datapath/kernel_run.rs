@@ -36,11 +36,12 @@ const XDP_MARK: u32 = 0x5745_4952;
 const SNAT_PORTS: std::ops::RangeInclusive<u16> = 61_000..=65_535;
 
 fn lb(name: &str, ip: &'static str, ports: u16) -> Svc {
-    let v6 = format!("fd00:70::{}", ip.rsplit('.').next().unwrap_or("0"));
+    let last = ip.rsplit('.').next().unwrap_or("0");
+    let v6 = format!("fd00:70::{last}");
     let mut s = Svc::load_balancer(
         name,
-        &format!("10.96.6.{}", ip.rsplit('.').next().unwrap_or("0")),
-        &format!("fd00:96::6:{}", ip.rsplit('.').next().unwrap_or("0")),
+        &format!("10.96.6.{last}"),
+        &format!("fd00:96::6:{last}"),
         [ports, ports + 1, ports + 2],
         &[ip],
     );
@@ -134,8 +135,12 @@ struct Node {
 impl Node {
     /// A SYN from the client through TC on wext.
     fn syn(&self, from: SocketAddr, to: SocketAddr) -> Result<Outcome> {
-        let f = tcp_frame(self.from_client, from, to, Tcp::Syn { seq: 1000 })?;
-        self.wext.tc(self.wext_index, &f)
+        self.wext.tc(self.wext_index, &self.syn_frame(from, to)?)
+    }
+
+    /// A SYN from the client, sequence 1000.
+    fn syn_frame(&self, from: SocketAddr, to: SocketAddr) -> Result<Vec<u8>> {
+        tcp_frame(self.from_client, from, to, Tcp::Syn { seq: 1000 })
     }
 }
 
@@ -224,12 +229,7 @@ fn tc_drops_what_a_service_refuses_and_passes_what_is_not_one() -> Result<()> {
         // Not a Service: the node's own address on another port, an ICMP
         // echo, v6 UDP. Passed on, not a byte changed.
         let to_node = [
-            tcp_frame(
-                n.from_client,
-                sa(CLIENT4, 41_004),
-                sa(NODE_EXT4, 22),
-                Tcp::Syn { seq: 1 },
-            )?,
+            n.syn_frame(sa(CLIENT4, 41_004), sa(NODE_EXT4, 22))?,
             echo_frame(n.from_client, CLIENT4.parse()?, NODE_EXT4.parse()?)?,
             echo_frame(n.from_client, CLIENT6.parse()?, NODE_EXT6.parse()?)?,
             udp_frame(n.from_client, sa(CLIENT6, 41_005), sa(NODE_EXT6, 9), b"x")?,
@@ -267,12 +267,7 @@ fn xdp_translates_for_tc_drops_and_passes() -> Result<()> {
     fx.run(|n| {
         // A new flow: translated, and handed to TC (which redirects it)
         // with the mark in the metadata.
-        let f = tcp_frame(
-            n.from_client,
-            sa(CLIENT4, 43_001),
-            sa(LB_LOCAL, 80),
-            Tcp::Syn { seq: 1 },
-        )?;
+        let f = n.syn_frame(sa(CLIENT4, 43_001), sa(LB_LOCAL, 80))?;
         let o = n.wext.xdp(n.wext_index, &f)?;
         let out = expect(&o, XDP_PASS)?;
         assert_eq!(out.dst, sa(LPOD.v4, 8080));
@@ -281,12 +276,7 @@ fn xdp_translates_for_tc_drops_and_passes() -> Result<()> {
         assert_eq!(u32::from_ne_bytes(mark.try_into()?), XDP_MARK);
 
         // Refused by the source ranges: dropped before the stack sees it.
-        let f = tcp_frame(
-            n.from_client,
-            sa(CLIENT4, 43_002),
-            sa(LB_RANGES, 80),
-            Tcp::Syn { seq: 1 },
-        )?;
+        let f = n.syn_frame(sa(CLIENT4, 43_002), sa(LB_RANGES, 80))?;
         assert_eq!(n.wext.xdp(n.wext_index, &f)?.verdict, XDP_DROP);
 
         // Not a Service: passed unchanged, without metadata.
