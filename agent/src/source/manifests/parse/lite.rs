@@ -453,7 +453,13 @@ impl<'a> Reader<'a> {
                     }
                     self.pos += 1;
                     // `{"a":1}` is JSON and YAML; `{a:1}` is the key `a:1`,
-                    // which the scalar above has already taken whole.
+                    // which the scalar above has already taken whole. After
+                    // a plain key the value must be set apart by a space:
+                    // in `{a :[b]}` YAML 1.2 reads `:` as an empty value
+                    // and the `[b]` after it as an error (rule 147).
+                    if key.plain && !self.blank_at(self.pos) {
+                        return Err(self.unsupported("a value against the `:` of a plain key"));
+                    }
                     self.skip_spaces();
                     if matches!(self.peek(), Some(b',' | b'}')) {
                         return Err(self.unsupported("a flow mapping key without a value"));

@@ -166,6 +166,9 @@ fn leaves_what_it_does_not_read_to_serde_saphyr() {
         // A duplicate key, in block and in flow.
         "  name: b\n",
         "  labels: {a: b, a: c}\n",
+        // A value against the `:` of a plain flow key (YAML's error).
+        "  labels: {a :[b]}\n",
+        "  labels: {a :b}\n",
         // Plain scalars YAML may read as other types.
         "  x: 1e999\n",
         "  x: [-.Inf]\n",
