@@ -166,7 +166,8 @@ fn leaves_what_it_does_not_read_to_serde_saphyr() {
         // A duplicate key, in block and in flow.
         "  name: b\n",
         "  labels: {a: b, a: c}\n",
-        // A value against the `:` of a plain flow key (YAML's error).
+        // A value against the `:` of a plain flow key (YAML's error), and
+        // the key `a :b` with no value (YAML's null).
         "  labels: {a :[b]}\n",
         "  labels: {a :b}\n",
         // Plain scalars YAML may read as other types.
