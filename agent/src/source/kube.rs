@@ -3,9 +3,11 @@
 //! the same store, planner and reconciler as the manifest source.
 //!
 //! When the API server goes away the watchers back off and retry; nothing is
-//! sent, so the datapath stays exactly as it is. When they come back (or get a
-//! `410 Gone`) they relist, and [`tracker::Tracker`] turns the relist into the
+//! sent, so the datapath stays exactly as it is. A shared probe wakes them
+//! within a second of its return ([`reconnect`]). Back (or after a `410
+//! Gone`) they relist, and [`tracker::Tracker`] turns the relist into the
 //! difference against what the controller already has: no flush.
+pub mod reconnect;
 pub mod tracker;
 
 use std::{
@@ -20,15 +22,15 @@ use k8s_openapi::api::core::v1::{Node, Service};
 use kube::{
     Api, Client, Config, Resource as _, ResourceExt as _,
     config::{KubeConfigOptions, Kubeconfig},
-    runtime::{
-        WatchStreamExt as _,
-        watcher::{self, Event},
-    },
+    runtime::watcher::{self, Event},
 };
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
-use self::tracker::{Outcome, Tracker};
+use self::{
+    reconnect::{Outage, Retry},
+    tracker::{Outcome, Tracker},
+};
 use super::SourceMsg;
 use crate::{
     k8s::{self, LABEL_SERVICE_NAME, SliceOutcome, wire::EndpointSlice},
@@ -140,6 +142,17 @@ enum Item {
     Node(Box<watcher::Result<Event<Node>>>),
 }
 
+impl Item {
+    fn failure(&self) -> Option<reconnect::Failure> {
+        let e = match self {
+            Self::Service(r) => r.as_ref().as_ref().err(),
+            Self::Slice(r) => r.as_ref().as_ref().err(),
+            Self::Node(r) => r.as_ref().as_ref().err(),
+        };
+        e.map(reconnect::classify)
+    }
+}
+
 impl KubeSource {
     /// Runs until the controller goes away.
     pub async fn run(self, tx: mpsc::Sender<SourceMsg>) {
@@ -156,23 +169,21 @@ impl KubeSource {
         if streaming_lists {
             cfg = cfg.streaming_lists();
         }
+        let outage = Outage::default();
         let svc = watcher(Api::<Service>::all(client.clone()), cfg.clone())
-            .default_backoff()
             .map(|e| Item::Service(Box::new(e)));
         let eps = watcher(Api::<EndpointSlice>::all(client.clone()), cfg)
-            .default_backoff()
             .map(|e| Item::Slice(Box::new(e)));
         let nodes = watcher(
-            Api::<Node>::all(client),
+            Api::<Node>::all(client.clone()),
             watcher::Config::default().fields(&format!("metadata.name={node}")),
         )
-        .default_backoff()
         .map(|e| Item::Node(Box::new(e)));
         // Each watcher in a task of its own: a page is decoded where its
         // watcher is polled, and one task for all of them decoded the
         // Services' pages and the slices' pages one after the other.
         let (items_tx, mut items) = mpsc::channel(WATCH_BUFFER);
-        // Dropped when this returns, which stops the watchers.
+        // Dropped when this returns, which stops the watchers and the probe.
         let mut watchers = tokio::task::JoinSet::new();
         for mut stream in [
             svc.boxed() as std::pin::Pin<Box<dyn Stream<Item = Item> + Send>>,
@@ -180,14 +191,25 @@ impl KubeSource {
             nodes.boxed(),
         ] {
             let tx = items_tx.clone();
+            let mut retry = Retry::new(outage.clone());
             watchers.spawn(async move {
                 while let Some(item) = stream.next().await {
+                    // Classified before it goes: the error is handled, and
+                    // counted, by the state below.
+                    let failure = item.failure();
                     if tx.send(item).await.is_err() {
                         return;
+                    }
+                    match failure {
+                        // kube's watcher retries at the next poll; this is
+                        // its backoff.
+                        Some(f) => retry.failed(f).await,
+                        None => retry.succeeded(),
                     }
                 }
             });
         }
+        watchers.spawn(async move { outage.probe(|| reconnect::readyz(&client)).await });
         drop(items_tx);
         let mut state = State {
             node,
