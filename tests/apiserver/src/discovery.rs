@@ -1,8 +1,15 @@
 //! Legacy discovery (`/api`, `/apis`, resource lists) and just enough OpenAPI
-//! v3 for kubectl: a PATCH operation per kind that lists the `fieldValidation`
-//! parameter, so `kubectl apply` leaves validation to the server instead of
-//! downloading schemas. Aggregated discovery is not offered; kubectl falls back
-//! to the legacy documents when the response is plain `application/json`.
+//! for kubectl: v3 has a PATCH operation per kind that lists the
+//! `fieldValidation` parameter, so `kubectl apply` leaves validation to the
+//! server instead of downloading schemas. Aggregated discovery is not offered;
+//! kubectl falls back to the legacy documents when the response is plain
+//! `application/json`.
+//!
+//! v2 is a document without definitions. kubectl reads it for one thing: a
+//! `kind: List` cannot be checked through v3 (kubectl's query-parameter
+//! verifier refuses `v1/List` outright), so `apply --validate=strict` checks
+//! each item against v2's definitions, and skips an item whose kind has none.
+//! Without v2, `kubectl apply -f` of a List failed on the 404.
 use serde_json::{Value, json};
 
 use crate::resources::{self, RESOURCES, ResourceDef};
@@ -171,4 +178,81 @@ pub fn openapi_gv(path: &str) -> Option<Value> {
         "paths": paths,
         "components": {},
     }))
+}
+
+/// The media types of `/openapi/v2` as protobuf: kubectl asks for the first
+/// (and accepts nothing else), which is not a valid media type, so the real
+/// server answers with the second; Go's client fails on the first.
+pub const OPENAPI_V2_PROTOBUF_ASKED: &str =
+    "application/com.github.proto-openapi.spec.v2@v1.0+protobuf";
+pub const OPENAPI_V2_PROTOBUF: &str = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf";
+
+/// `/openapi/v2` as JSON: no paths, no definitions (see the module docs).
+pub fn openapi_v2_json() -> Value {
+    json!({
+        "swagger": "2.0",
+        "info": {"title": "Kubernetes", "version": SERVER_VERSION},
+        "paths": {},
+        "definitions": {},
+    })
+}
+
+/// [`openapi_v2_json`] as gnostic's `openapi.v2.Document` protobuf: `swagger`
+/// is field 1, `info` 2 (its `title` 1, `version` 2), `paths` 8 and
+/// `definitions` 9 (both empty messages).
+pub fn openapi_v2_protobuf() -> Vec<u8> {
+    let mut info = Vec::new();
+    proto_bytes(&mut info, 1, b"Kubernetes");
+    proto_bytes(&mut info, 2, SERVER_VERSION.as_bytes());
+    let mut doc = Vec::new();
+    proto_bytes(&mut doc, 1, b"2.0");
+    proto_bytes(&mut doc, 2, &info);
+    proto_bytes(&mut doc, 8, &[]);
+    proto_bytes(&mut doc, 9, &[]);
+    doc
+}
+
+/// A length-delimited field (wire type 2).
+fn proto_bytes(out: &mut Vec<u8>, field: u64, bytes: &[u8]) {
+    proto_varint(out, (field << 3) | 2);
+    proto_varint(out, bytes.len() as u64);
+    out.extend_from_slice(bytes);
+}
+
+fn proto_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn openapi_v2_protobuf_is_the_json_document() {
+        // Hand-decoded: tag, length, bytes for each field in order.
+        let v = SERVER_VERSION.len() as u8;
+        let want: Vec<u8> = [
+            &[0x0a, 3][..],
+            b"2.0",
+            &[0x12, 2 + 10 + 2 + v, 0x0a, 10],
+            b"Kubernetes",
+            &[0x12, v],
+            SERVER_VERSION.as_bytes(),
+            &[0x42, 0, 0x4a, 0],
+        ]
+        .concat();
+        assert_eq!(openapi_v2_protobuf(), want);
+        assert_eq!(openapi_v2_json()["info"]["version"], SERVER_VERSION);
+    }
+
+    #[test]
+    fn varints_carry_into_more_bytes() {
+        let mut out = Vec::new();
+        proto_varint(&mut out, 300);
+        assert_eq!(out, [0xac, 0x02]);
+    }
 }

@@ -1,12 +1,13 @@
 //! One function per verb: parse parameters, run the store operation under the
 //! lock, and shape the response like the real server does.
-use std::time::Duration;
+use std::{borrow::Cow, time::Duration};
 
 use base64::Engine as _;
 use hyper::Response;
 use serde_json::{Value, json};
 
 use crate::{
+    convert,
     error::ApiError,
     http::{ApiRequest, Body, State, json_bytes_response, json_response, stream_response},
     patch::{self, PatchType},
@@ -126,14 +127,17 @@ pub fn list(state: &State, r: &ApiRequest) -> Reply {
             (inner.rv(), None, None)
         }
     };
-    let mut items: Vec<&Stored> = Vec::new();
+    // Each object as stored and as this resource reads it: the same,
+    // borrowed, but for a view (see `convert`).
+    let mut items: Vec<(&Stored, Cow<'_, Value>)> = Vec::new();
     let mut next_key = None;
     let mut rest = inner.list_stored(r.res, r.namespace.as_deref(), after);
     for ((ns, name), obj) in rest.by_ref() {
-        if !sel.matches(&obj.value) {
+        let value = convert::to_view(r.res, &obj.value);
+        if !sel.matches(&value) {
             continue;
         }
-        items.push(obj);
+        items.push((obj, value));
         next_key = Some((ns.clone(), name.clone()));
         if limit > 0 && items.len() == limit {
             break;
@@ -167,18 +171,23 @@ pub fn list(state: &State, r: &ApiRequest) -> Reply {
             let mut body = serde_json::to_vec(&head).unwrap_or_default();
             body.pop();
             body.extend_from_slice(b",\"items\":[");
-            for (i, item) in items.iter().enumerate() {
+            for (i, (stored, value)) in items.iter().enumerate() {
                 if i > 0 {
                     body.push(b',');
                 }
-                body.extend_from_slice(item.item());
+                match value {
+                    Cow::Borrowed(_) => body.extend_from_slice(stored.item()),
+                    Cow::Owned(v) => {
+                        let _ = serde_json::to_writer(&mut body, &list_item(v));
+                    }
+                }
             }
             body.extend_from_slice(b"]}");
             drop(inner);
             Ok(json_bytes_response(200, body))
         }
         other => {
-            let items: Vec<Value> = items.into_iter().map(|s| list_item(&s.value)).collect();
+            let items: Vec<Value> = items.iter().map(|(_, v)| list_item(v)).collect();
             drop(inner);
             Ok(json_response(200, &other.list(r.res, &items, meta)))
         }
@@ -203,7 +212,7 @@ pub fn get(state: &State, r: &ApiRequest) -> Reply {
         .store
         .lock()
         .get(r.res, r.ns(), name(r))
-        .cloned()
+        .map(Cow::into_owned)
         .ok_or_else(|| ApiError::not_found(r.res, name(r)))?;
     Ok(json_response(200, &view(r).one(r.res, &obj)))
 }

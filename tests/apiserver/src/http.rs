@@ -140,6 +140,7 @@ pub async fn handle(
         ["apis", group] => ok(discovery::api_group(group)),
         ["api", "v1"] => ok(discovery::resource_list("", "v1")),
         ["apis", group, version] => ok(discovery::resource_list(group, version)),
+        ["openapi", "v2"] => openapi_v2(&req),
         ["openapi", "v3"] => ok(Some(discovery::openapi_root())),
         ["openapi", "v3", rest @ ..] => ok(discovery::openapi_gv(&rest.join("/"))),
         ["api", "v1", rest @ ..] => resource(state, "", "v1", rest, query, req).await,
@@ -153,6 +154,33 @@ pub async fn handle(
     };
     tracing::debug!(status = resp.status().as_u16(), "response");
     Ok(resp)
+}
+
+/// Protobuf when asked for (kubectl always asks), JSON otherwise.
+fn openapi_v2(req: &Request<Incoming>) -> Response<Body> {
+    let accept = req
+        .headers()
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    if ![
+        discovery::OPENAPI_V2_PROTOBUF_ASKED,
+        discovery::OPENAPI_V2_PROTOBUF,
+    ]
+    .iter()
+    .any(|t| accept.contains(t))
+    {
+        return json_response(200, &discovery::openapi_v2_json());
+    }
+    Response::builder()
+        .header(header::CONTENT_TYPE, discovery::OPENAPI_V2_PROTOBUF)
+        .header(header::CACHE_CONTROL, "no-cache, private")
+        .body(
+            Full::new(Bytes::from(discovery::openapi_v2_protobuf()))
+                .map_err(|never| match never {})
+                .boxed_unsync(),
+        )
+        .unwrap_or_default()
 }
 
 /// Reviews are not stored: a POST is answered with the decision at once.

@@ -16,6 +16,7 @@
 //! # Ok(())
 //! # }
 //! ```
+mod convert;
 mod discovery;
 mod error;
 mod handlers;

@@ -163,7 +163,7 @@ pub fn bind(
         .ok_or_else(|| ApiError::invalid(res, name, "target.name", "Required value"))?;
     let mut pod = inner
         .get(res, ns, name)
-        .cloned()
+        .map(std::borrow::Cow::into_owned)
         .ok_or_else(|| ApiError::not_found(res, name))?;
     if let Some(current) = pod
         .pointer("/spec/nodeName")

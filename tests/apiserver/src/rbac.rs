@@ -99,6 +99,7 @@ pub fn decide(store: &Inner, req: &Request) -> (bool, String) {
         return (false, "RBAC resources are not served".into());
     };
     for (_, binding) in store.list(crb, None, None) {
+        let binding = &*binding;
         if binds(binding, req)
             && role_ref(binding, "ClusterRole").is_some_and(|name| {
                 store
@@ -116,6 +117,7 @@ pub fn decide(store: &Inner, req: &Request) -> (bool, String) {
     let namespace = req.resource.as_ref().map(|r| r.namespace.as_str());
     if let Some(ns) = namespace.filter(|ns| !ns.is_empty()) {
         for (_, binding) in store.list(rb, Some(ns), None) {
+            let binding = &*binding;
             if !binds(binding, req) {
                 continue;
             }

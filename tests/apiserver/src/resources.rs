@@ -20,6 +20,9 @@ pub struct ResourceDef {
     /// Field selectors the real server accepts beyond `metadata.name` and
     /// `metadata.namespace`.
     pub field_selectors: &'static [&'static str],
+    /// The group of the resource whose storage this one is a view of (the
+    /// same plural at v1), converted by `convert`.
+    pub stored_as: Option<&'static str>,
 }
 
 impl ResourceDef {
@@ -31,9 +34,10 @@ impl ResourceDef {
         }
     }
 
-    /// The store key: resources are the same across versions, so group/plural.
+    /// The store key: resources are the same across versions, so group/plural
+    /// (of the storage, for a view).
     pub fn id(&self) -> String {
-        format!("{}/{}", self.group, self.plural)
+        format!("{}/{}", self.stored_as.unwrap_or(self.group), self.plural)
     }
 }
 
@@ -76,6 +80,7 @@ pub static RESOURCES: &[ResourceDef] = &[
         generation: false,
         short_names: &["ns"],
         field_selectors: &["status.phase"],
+        stored_as: None,
     },
     ResourceDef {
         group: "",
@@ -97,6 +102,7 @@ pub static RESOURCES: &[ResourceDef] = &[
             "status.podIP",
             "status.nominatedNodeName",
         ],
+        stored_as: None,
     },
     ResourceDef {
         group: "",
@@ -109,6 +115,7 @@ pub static RESOURCES: &[ResourceDef] = &[
         generation: false,
         short_names: &["svc"],
         field_selectors: &["spec.clusterIP", "spec.type"],
+        stored_as: None,
     },
     ResourceDef {
         group: "",
@@ -121,6 +128,7 @@ pub static RESOURCES: &[ResourceDef] = &[
         generation: false,
         short_names: &["no"],
         field_selectors: &["spec.unschedulable"],
+        stored_as: None,
     },
     ResourceDef {
         group: "",
@@ -133,6 +141,7 @@ pub static RESOURCES: &[ResourceDef] = &[
         generation: false,
         short_names: &["ev"],
         field_selectors: CORE_EVENT_FIELDS,
+        stored_as: None,
     },
     ResourceDef {
         group: "",
@@ -145,6 +154,7 @@ pub static RESOURCES: &[ResourceDef] = &[
         generation: false,
         short_names: &["cm"],
         field_selectors: &[],
+        stored_as: None,
     },
     ResourceDef {
         group: "",
@@ -157,6 +167,7 @@ pub static RESOURCES: &[ResourceDef] = &[
         generation: false,
         short_names: &[],
         field_selectors: &["type"],
+        stored_as: None,
     },
     ResourceDef {
         group: "",
@@ -169,6 +180,7 @@ pub static RESOURCES: &[ResourceDef] = &[
         generation: false,
         short_names: &["sa"],
         field_selectors: &[],
+        stored_as: None,
     },
     ResourceDef {
         group: "discovery.k8s.io",
@@ -181,6 +193,7 @@ pub static RESOURCES: &[ResourceDef] = &[
         generation: true,
         short_names: &[],
         field_selectors: &["addressType"],
+        stored_as: None,
     },
     ResourceDef {
         group: "coordination.k8s.io",
@@ -193,6 +206,7 @@ pub static RESOURCES: &[ResourceDef] = &[
         generation: false,
         short_names: &[],
         field_selectors: &[],
+        stored_as: None,
     },
     ResourceDef {
         group: "events.k8s.io",
@@ -206,6 +220,9 @@ pub static RESOURCES: &[ResourceDef] = &[
         // No short name: kubectl warns when "ev" is ambiguous.
         short_names: &[],
         field_selectors: EVENTS_V1_FIELDS,
+        // One resource with core/v1 Events, as upstream: either API reads
+        // what the other wrote.
+        stored_as: Some(""),
     },
     // RBAC objects are stored as they are; `rbac` evaluates them for
     // SubjectAccessReviews (the kubelet's webhook authorizer asks those).
@@ -237,6 +254,7 @@ const fn rbac(
         generation: false,
         short_names: &[],
         field_selectors: &[],
+        stored_as: None,
     }
 }
 
@@ -267,9 +285,10 @@ pub fn namespaces() -> &'static ResourceDef {
     &RESOURCES[0]
 }
 
-/// The namespaced resources whose storage is shared; both Event APIs read the
-/// same objects on a real server, but keeping them apart here is harmless for
-/// every client Weir has (each only ever uses one of them).
+/// The namespaced resources, each storage once (a namespace's deletion
+/// removes their objects).
 pub fn namespaced() -> impl Iterator<Item = &'static ResourceDef> {
-    RESOURCES.iter().filter(|r| r.namespaced)
+    RESOURCES
+        .iter()
+        .filter(|r| r.namespaced && r.stored_as.is_none())
 }

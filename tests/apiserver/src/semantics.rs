@@ -223,7 +223,7 @@ pub fn update(
     obj["metadata"]["name"] = json!(name);
     let old = inner
         .get(res, ns, name)
-        .cloned()
+        .map(std::borrow::Cow::into_owned)
         .ok_or_else(|| ApiError::not_found(res, name))?;
     if let Some(rv) = obj["metadata"]["resourceVersion"].as_str()
         && !rv.is_empty()
@@ -388,7 +388,7 @@ pub fn patch(
             status_only,
         )
     };
-    let Some(current) = inner.get(res, ns, name).cloned() else {
+    let Some(current) = inner.get(res, ns, name).map(std::borrow::Cow::into_owned) else {
         if kind == PatchType::Apply && !status_only {
             let mut obj = body.clone();
             if !obj["metadata"].is_object() {
@@ -463,7 +463,7 @@ pub fn delete(
 ) -> Result<Deleted, ApiError> {
     let obj = inner
         .get(res, ns, name)
-        .cloned()
+        .map(std::borrow::Cow::into_owned)
         .ok_or_else(|| ApiError::not_found(res, name))?;
     let m = &obj["metadata"];
     if let Some(uid) = &opts.uid

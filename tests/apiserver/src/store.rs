@@ -2,6 +2,7 @@
 //! global resourceVersion counter, and a bounded event history that watches
 //! replay from, like etcd with its compaction window.
 use std::{
+    borrow::Cow,
     collections::{BTreeMap, HashMap, HashSet, VecDeque},
     sync::{Arc, Mutex, MutexGuard},
 };
@@ -10,7 +11,7 @@ use bytes::Bytes;
 use serde_json::Value;
 use tokio::sync::broadcast;
 
-use crate::resources::ResourceDef;
+use crate::{convert, resources::ResourceDef};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EventKind {
@@ -19,7 +20,8 @@ pub enum EventKind {
     Deleted,
 }
 
-/// One change, as stored in the history and sent to watches.
+/// One change, as stored in the history and sent to watches: `res` is the
+/// storage's resource and `object` is in its form (see `convert`).
 #[derive(Debug)]
 pub struct Event {
     pub rv: u64,
@@ -233,25 +235,28 @@ impl Inner {
         self.compacted = self.rv;
     }
 
-    pub fn get(&self, res: &ResourceDef, ns: &str, name: &str) -> Option<&Value> {
+    /// An object as `res` reads it.
+    pub fn get(&self, res: &'static ResourceDef, ns: &str, name: &str) -> Option<Cow<'_, Value>> {
         self.objects
             .get(&res.id())?
             .get(&(ns.to_string(), name.to_string()))
-            .map(|s| &s.value)
+            .map(|s| convert::to_view(res, &s.value))
     }
 
     /// Objects of `res` in `ns` (all namespaces if `None`) in key order,
-    /// starting after `after`.
+    /// starting after `after`, as `res` reads them.
     pub fn list<'a>(
         &'a self,
-        res: &ResourceDef,
+        res: &'static ResourceDef,
         ns: Option<&'a str>,
         after: Option<(String, String)>,
-    ) -> impl Iterator<Item = (&'a (String, String), &'a Value)> + 'a {
-        self.list_stored(res, ns, after).map(|(k, s)| (k, &s.value))
+    ) -> impl Iterator<Item = (&'a (String, String), Cow<'a, Value>)> + 'a {
+        self.list_stored(res, ns, after)
+            .map(move |(k, s)| (k, convert::to_view(res, &s.value)))
     }
 
-    /// [`Self::list`], with each object's encoding.
+    /// [`Self::list`] as stored, with each object's encoding: in the form of
+    /// `convert::storage(res)`.
     pub fn list_stored<'a>(
         &'a self,
         res: &ResourceDef,
@@ -277,14 +282,12 @@ impl Inner {
         self.get(crate::resources::namespaces(), "", ns).is_some()
     }
 
-    /// Stores `obj` under a new resourceVersion and records the event.
-    pub fn put(
-        &mut self,
-        res: &'static ResourceDef,
-        ns: &str,
-        name: &str,
-        mut obj: Value,
-    ) -> Value {
+    /// Stores `obj` (as `res` writes it) under a new resourceVersion and
+    /// records the event; returns it as `res` reads it.
+    pub fn put(&mut self, res: &'static ResourceDef, ns: &str, name: &str, obj: Value) -> Value {
+        let view = res;
+        let res = convert::storage(view);
+        let mut obj = convert::to_storage(view, obj);
         self.rv += 1;
         obj["metadata"]["resourceVersion"] = Value::String(self.rv.to_string());
         let key = (ns.to_string(), name.to_string());
@@ -302,12 +305,14 @@ impl Inner {
         } else {
             EventKind::Added
         };
-        self.record(res, ns, kind, obj.clone(), prev);
-        obj
+        let out = convert::to_view(view, &obj).into_owned();
+        self.record(res, ns, kind, obj, prev);
+        out
     }
 
     /// Removes an object; the DELETED event carries it (or `last`, its state
-    /// as of the removing write) at a new resourceVersion.
+    /// as of the removing write, as `res` writes it) at a new
+    /// resourceVersion. Returns that as `res` reads it.
     pub fn remove(
         &mut self,
         res: &'static ResourceDef,
@@ -315,6 +320,9 @@ impl Inner {
         name: &str,
         last: Option<Value>,
     ) -> Option<Value> {
+        let view = res;
+        let res = convert::storage(view);
+        let last = last.map(|l| convert::to_storage(view, l));
         let prev = self
             .objects
             .get_mut(&res.id())?
@@ -329,8 +337,9 @@ impl Inner {
         self.rv += 1;
         let mut obj = last.unwrap_or_else(|| prev.clone());
         obj["metadata"]["resourceVersion"] = Value::String(self.rv.to_string());
-        self.record(res, ns, EventKind::Deleted, obj.clone(), Some(prev));
-        Some(obj)
+        let out = convert::to_view(view, &obj).into_owned();
+        self.record(res, ns, EventKind::Deleted, obj, Some(prev));
+        Some(out)
     }
 
     fn record(

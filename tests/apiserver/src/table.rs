@@ -2,7 +2,7 @@
 //! for to print its default columns.
 use serde_json::{Value, json};
 
-use crate::resources::ResourceDef;
+use crate::{convert, resources::ResourceDef};
 
 /// The form a read answers in, from the first type in `Accept` (clients list
 /// their preference first and plain JSON last as the fallback).
@@ -29,7 +29,7 @@ impl View {
     }
 
     /// A single object (get, or a watch event).
-    pub fn one(&self, res: &ResourceDef, obj: &Value) -> Value {
+    pub fn one(&self, res: &'static ResourceDef, obj: &Value) -> Value {
         match self {
             View::Object => obj.clone(),
             View::Table(include) => {
@@ -41,7 +41,7 @@ impl View {
     }
 
     /// A list; `items` carry no type meta, as list items on the wire do not.
-    pub fn list(&self, res: &ResourceDef, items: &[Value], meta: Value) -> Value {
+    pub fn list(&self, res: &'static ResourceDef, items: &[Value], meta: Value) -> Value {
         match self {
             View::Object => json!({
                 "kind": format!("{}List", res.kind),
@@ -68,7 +68,7 @@ fn col(name: &str, ty: &str, format: &str, priority: u8) -> Value {
     json!({"name": name, "type": ty, "format": format, "description": name, "priority": priority})
 }
 
-fn columns(res: &ResourceDef) -> Vec<Value> {
+fn columns(res: &'static ResourceDef) -> Vec<Value> {
     let name = col("Name", "string", "name", 0);
     let age = col("Age", "string", "", 0);
     match (res.group, res.plural) {
@@ -106,6 +106,19 @@ fn columns(res: &ResourceDef) -> Vec<Value> {
             age,
         ],
         ("coordination.k8s.io", "leases") => vec![name, col("Holder", "string", "", 0), age],
+        // Both Event APIs print alike upstream (one printer for one resource).
+        (_, "events") => vec![
+            col("Last Seen", "string", "", 0),
+            col("Type", "string", "", 0),
+            col("Reason", "string", "", 0),
+            col("Object", "string", "", 0),
+            col("Subobject", "string", "", 1),
+            col("Source", "string", "", 1),
+            col("Message", "string", "", 0),
+            col("First Seen", "string", "", 1),
+            col("Count", "integer", "", 1),
+            col("Name", "string", "name", 1),
+        ],
         _ => vec![name, age],
     }
 }
@@ -118,7 +131,7 @@ fn or_none(v: String) -> String {
     if v.is_empty() { "<none>".into() } else { v }
 }
 
-fn cells(res: &ResourceDef, obj: &Value) -> Vec<Value> {
+fn cells(res: &'static ResourceDef, obj: &Value) -> Vec<Value> {
     let name = json!(s(obj, "/metadata/name"));
     let age = json!(age(s(obj, "/metadata/creationTimestamp")));
     let arr = |p: &str| {
@@ -228,12 +241,65 @@ fn cells(res: &ResourceDef, obj: &Value) -> Vec<Value> {
                 age,
             ]
         }
+        (_, "events") => event_cells(&convert::to_storage(res, obj.clone())),
         _ => vec![name, age],
     }
 }
 
+/// An Event's cells from its core/v1 form, as upstream's `printEvent`: the
+/// events.k8s.io API leaves the deprecated timestamps and count unset, so
+/// `eventTime` and `series` stand in for them.
+fn event_cells(ev: &Value) -> Vec<Value> {
+    let first = match s(ev, "/firstTimestamp") {
+        "" => age(s(ev, "/eventTime")),
+        t => age(t),
+    };
+    let mut last = match s(ev, "/lastTimestamp") {
+        "" => first.clone(),
+        t => age(t),
+    };
+    let mut count = ev["count"].as_i64().unwrap_or(0);
+    if ev["series"].is_object() {
+        last = age(s(ev, "/series/lastObservedTime"));
+        count = ev["series"]["count"].as_i64().unwrap_or(0);
+    } else if count == 0 {
+        count = 1;
+    }
+    let kind = s(ev, "/involvedObject/kind").to_lowercase();
+    let target = match s(ev, "/involvedObject/name") {
+        "" => kind,
+        name => format!("{kind}/{name}"),
+    };
+    let non_empty = |a: &str, b: &str| {
+        if a.is_empty() {
+            b.to_string()
+        } else {
+            a.to_string()
+        }
+    };
+    let component = non_empty(s(ev, "/source/component"), s(ev, "/reportingComponent"));
+    let instance = non_empty(s(ev, "/source/host"), s(ev, "/reportingInstance"));
+    let source = match (component.is_empty(), instance.is_empty()) {
+        (true, _) => "<unknown>".to_string(),
+        (false, true) => component,
+        (false, false) => format!("{component}, {instance}"),
+    };
+    vec![
+        json!(last),
+        json!(s(ev, "/type")),
+        json!(s(ev, "/reason")),
+        json!(target),
+        json!(s(ev, "/involvedObject/fieldPath")),
+        json!(source),
+        json!(s(ev, "/message").trim()),
+        json!(first),
+        json!(count),
+        json!(s(ev, "/metadata/name")),
+    ]
+}
+
 /// One row; `include` is the `includeObject` parameter (default Metadata).
-fn row(res: &ResourceDef, obj: &Value, include: &str) -> Value {
+fn row(res: &'static ResourceDef, obj: &Value, include: &str) -> Value {
     let mut row = json!({"cells": cells(res, obj)});
     match include {
         "None" => {}
@@ -249,7 +315,7 @@ fn row(res: &ResourceDef, obj: &Value, include: &str) -> Value {
     row
 }
 
-fn table(res: &ResourceDef, objs: &[Value], list_meta: Value, include: &str) -> Value {
+fn table(res: &'static ResourceDef, objs: &[Value], list_meta: Value, include: &str) -> Value {
     json!({
         "kind": "Table",
         "apiVersion": "meta.k8s.io/v1",

@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc, watch};
 
 use crate::{
+    convert,
     error::ApiError,
     resources::ResourceDef,
     selectors::Selector,
@@ -30,8 +31,13 @@ pub struct WatchRequest {
 }
 
 impl WatchRequest {
+    /// Whether a stored object is selected, as this resource reads it.
+    fn selects(&self, stored: &Value) -> bool {
+        self.selector.matches(&convert::to_view(self.res, stored))
+    }
+
     fn wants(&self, ev: &Event) -> Option<&'static str> {
-        if !std::ptr::eq(ev.res, self.res)
+        if !std::ptr::eq(ev.res, convert::storage(self.res))
             || self
                 .namespace
                 .as_ref()
@@ -39,8 +45,8 @@ impl WatchRequest {
         {
             return None;
         }
-        let now = self.selector.matches(&ev.object);
-        let before = ev.prev.as_ref().is_some_and(|p| self.selector.matches(p));
+        let now = self.selects(&ev.object);
+        let before = ev.prev.as_ref().is_some_and(|p| self.selects(p));
         match (ev.kind, before, now) {
             (EventKind::Added, _, true) => Some("ADDED"),
             (EventKind::Modified, true, true) => Some("MODIFIED"),
@@ -51,8 +57,9 @@ impl WatchRequest {
         }
     }
 
-    fn line(&self, ty: &str, obj: &Value) -> Bytes {
-        let object = self.view.one(self.res, obj);
+    /// An event's line, from the stored form of its object.
+    fn line(&self, ty: &str, stored: &Value) -> Bytes {
+        let object = self.view.one(self.res, &convert::to_view(self.res, stored));
         let mut out =
             serde_json::to_vec(&json!({"type": ty, "object": object})).unwrap_or_default();
         out.push(b'\n');
@@ -61,7 +68,8 @@ impl WatchRequest {
 
     /// [`Self::line`] from the stored encoding (see `Stored`).
     fn stored_line(&self, ty: &str, obj: &Stored) -> Bytes {
-        if !matches!(self.view, View::Object) {
+        if !matches!(self.view, View::Object) || !std::ptr::eq(convert::storage(self.res), self.res)
+        {
             return self.line(ty, &obj.value);
         }
         let mut out = Vec::with_capacity(obj.item().len() + 64);
@@ -112,7 +120,7 @@ fn start(store: &Store, req: &WatchRequest) -> Result<Start, ApiError> {
     let snapshot = |inner: &crate::store::Inner| -> Vec<Bytes> {
         inner
             .list_stored(req.res, req.namespace.as_deref(), None)
-            .filter(|(_, o)| req.selector.matches(&o.value))
+            .filter(|(_, o)| req.selects(&o.value))
             .map(|(_, o)| req.stored_line("ADDED", o))
             .collect()
     };

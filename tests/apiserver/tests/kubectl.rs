@@ -311,3 +311,181 @@ async fn kubectl_typed_create_subcommands() {
     );
     assert_eq!(svc["spec"]["sessionAffinity"], "None");
 }
+
+/// What `kubectl get -o yaml` and many generators write.
+const LIST: &str = r#"
+apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: ConfigMap
+  metadata: {name: listed, namespace: default}
+  data: {a: "1"}
+- apiVersion: v1
+  kind: Service
+  metadata: {name: web, namespace: default}
+  spec:
+    selector: {app: web}
+    ports: [{port: 80, targetPort: 8080}]
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_applies_a_list() {
+    if !Path::new(KUBECTL).exists() {
+        eprintln!("SKIPPED: {KUBECTL} is not installed; kubectl compatibility is untested");
+        return;
+    }
+    let server = TestApiServer::start(Options::default()).await.unwrap();
+    let dir = server.kubeconfig_path().parent().unwrap().to_path_buf();
+    let list = dir.join("list.yaml");
+    std::fs::write(&list, LIST).unwrap();
+    let list = list.to_str().unwrap();
+    // Validation of a List goes through /openapi/v2 (see `discovery`).
+    let out = ok(&server, &["apply", "-f", list]).await;
+    assert!(
+        out.contains("configmap/listed created") && out.contains("service/web created"),
+        "{out}"
+    );
+    let out = ok(&server, &["apply", "-f", list]).await;
+    assert!(
+        out.contains("configmap/listed unchanged") && out.contains("service/web unchanged"),
+        "{out}"
+    );
+    let out = ok(&server, &["apply", "--server-side", "-f", list]).await;
+    assert!(out.contains("configmap/listed serverside-applied"), "{out}");
+    // A dump of the cluster, server fields and all, applies back.
+    let dump = dir.join("dump.yaml");
+    let yaml = ok(&server, &["-n", "default", "get", "cm,svc", "-o", "yaml"]).await;
+    assert!(yaml.contains("kind: List"), "{yaml}");
+    std::fs::write(&dump, yaml).unwrap();
+    ok(&server, &["apply", "-f", dump.to_str().unwrap()]).await;
+    let (success, _, stderr) = kubectl(&server, &["apply", "--validate=strict", "-f", list]).await;
+    assert!(success, "{stderr}");
+}
+
+/// The agent's Events go through kube-rs's `Recorder`, which writes
+/// events.k8s.io/v1; users read them through core/v1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_from_kube_rs_recorder_show_in_kubectl_get_events_and_describe() {
+    use futures::{StreamExt as _, TryStreamExt as _};
+    use k8s_openapi::api::core::v1::{Event as CoreEvent, ObjectReference, Service};
+    use kube::{
+        Api,
+        api::WatchParams,
+        core::WatchEvent,
+        runtime::events::{Event, EventType, Recorder, Reporter},
+    };
+
+    if !Path::new(KUBECTL).exists() {
+        eprintln!("SKIPPED: {KUBECTL} is not installed; kubectl compatibility is untested");
+        return;
+    }
+    let server = TestApiServer::start(Options::default()).await.unwrap();
+    let client = server.client().await.unwrap();
+    ok(
+        &server,
+        &[
+            "-n",
+            "default",
+            "create",
+            "service",
+            "clusterip",
+            "web",
+            "--tcp=80:8080",
+        ],
+    )
+    .await;
+    let uid = Api::<Service>::namespaced(client.clone(), "default")
+        .get("web")
+        .await
+        .unwrap()
+        .metadata
+        .uid;
+    let core: Api<CoreEvent> = Api::namespaced(client.clone(), "default");
+    let mut watch = core
+        .watch(&WatchParams::default(), "0")
+        .await
+        .unwrap()
+        .boxed();
+
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "weir-agent".into(),
+            instance: Some("node-1".into()),
+        },
+    );
+    let reference = ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Service".into()),
+        namespace: Some("default".into()),
+        name: Some("web".into()),
+        uid: uid.clone(),
+        ..ObjectReference::default()
+    };
+    let event = Event {
+        type_: EventType::Warning,
+        reason: "MapFull".into(),
+        note: Some("services map is full".into()),
+        action: "Program".into(),
+        secondary: None,
+    };
+    recorder.publish(&event, &reference).await.unwrap();
+
+    // A core/v1 watch sees it, decoded by k8s-openapi's core type.
+    let seen = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            match watch.try_next().await.unwrap() {
+                Some(WatchEvent::Added(e)) => break e,
+                Some(_) => continue,
+                None => panic!("watch ended"),
+            }
+        }
+    })
+    .await
+    .expect("the core watch sees the Event");
+    assert_eq!(seen.involved_object.name.as_deref(), Some("web"));
+    assert_eq!(seen.involved_object.uid, uid);
+    assert_eq!(seen.message.as_deref(), Some("services map is full"));
+    assert_eq!(seen.reporting_component.as_deref(), Some("weir-agent"));
+
+    // Repeats become a series (the recorder patches through events.k8s.io).
+    recorder.publish(&event, &reference).await.unwrap();
+    let listed = core.list(&Default::default()).await.unwrap().items;
+    assert_eq!(listed.len(), 1, "{listed:?}");
+
+    let table = ok(&server, &["-n", "default", "get", "events", "-o", "wide"]).await;
+    let row = table
+        .lines()
+        .find(|l| l.contains("MapFull"))
+        .unwrap_or_else(|| panic!("no MapFull row in:\n{table}"));
+    let cells: Vec<&str> = row
+        .split("   ")
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .collect();
+    assert!(
+        cells.contains(&"Warning")
+            && cells.contains(&"service/web")
+            && cells.contains(&"weir-agent, node-1")
+            && cells.contains(&"services map is full"),
+        "{table}"
+    );
+    let series = listed[0].series.as_ref().expect("a repeat makes a series");
+    assert_eq!(series.count, Some(2));
+    assert!(
+        cells.contains(&"2"),
+        "the count column is the series' count:\n{table}"
+    );
+    let describe = ok(&server, &["-n", "default", "describe", "service", "web"]).await;
+    let events = describe
+        .split("Events:")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no Events section:\n{describe}"));
+    assert!(
+        events.contains("MapFull")
+            && events.contains("weir-agent")
+            && events.contains("services map is full"),
+        "{describe}"
+    );
+}

@@ -377,6 +377,19 @@ fn map_full_writes_one_event_and_the_lease_is_renewed() -> Result<()> {
         ev.regarding.as_ref().and_then(|r| r.uid.clone()) == uid && uid.is_some(),
         "the Event names the Service's UID: {ev:?}"
     );
+    // Users read it through core/v1, as `kubectl describe service` asks.
+    let core: Api<k8s_openapi::api::core::v1::Event> = cluster.api("default");
+    let selector = format!(
+        "involvedObject.kind=Service,involvedObject.name=toobig,involvedObject.uid={}",
+        uid.as_deref().unwrap_or_default()
+    );
+    let described = cluster
+        .block_on(core.list(&kube::api::ListParams::default().fields(&selector)))?
+        .items;
+    ensure!(
+        described.len() == 1 && described[0].message.as_deref() == Some(note.as_str()),
+        "the core/v1 view of the Event: {described:?}"
+    );
 
     // The agent retries every 2 s; the Event is not repeated. Meanwhile the
     // Lease gets at least one renewal.
