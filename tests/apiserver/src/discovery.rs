@@ -103,6 +103,19 @@ pub fn resource_list(group: &str, version: &str) -> Option<Value> {
                 "verbs": ["get", "patch", "update"],
             }));
         }
+        if r.group.is_empty() && r.plural == "pods" {
+            // `kubectl drain` evicts only when it finds `pods/eviction` here
+            // (with its group and version); otherwise it deletes, ignoring
+            // PodDisruptionBudgets.
+            list.push(json!({
+                "name": "pods/binding", "singularName": "", "namespaced": true,
+                "kind": "Binding", "verbs": ["create"],
+            }));
+            list.push(json!({
+                "name": "pods/eviction", "singularName": "", "namespaced": true,
+                "group": "policy", "version": "v1", "kind": "Eviction", "verbs": ["create"],
+            }));
+        }
     }
     if list.is_empty() {
         return None;

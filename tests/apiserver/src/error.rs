@@ -89,6 +89,14 @@ pub enum ApiError {
     UnsupportedMediaType,
     #[error("Unauthorized")]
     Unauthorized,
+    /// 429, with the causes upstream's eviction gives (`DisruptionBudget`).
+    #[error("{message}")]
+    TooManyRequests {
+        message: String,
+        causes: Vec<(String, String)>,
+    },
+    #[error("Internal error occurred: {0}")]
+    Internal(String),
     #[error(
         "the request has been made before all known HTTP paths have been installed, or the server is stopping"
     )]
@@ -163,6 +171,8 @@ impl ApiError {
             ApiError::UnsupportedMediaType | ApiError::UnsupportedPatchType => 415,
             ApiError::Unauthorized => 401,
             ApiError::Unavailable => 503,
+            ApiError::TooManyRequests { .. } => 429,
+            ApiError::Internal(_) => 500,
         }
     }
 
@@ -181,6 +191,8 @@ impl ApiError {
             }
             ApiError::Unauthorized => "Unauthorized",
             ApiError::Unavailable => "ServiceUnavailable",
+            ApiError::TooManyRequests { .. } => "TooManyRequests",
+            ApiError::Internal(_) => "InternalError",
         }
     }
 
@@ -216,6 +228,14 @@ impl ApiError {
                 Some(d)
             }
             ApiError::Forbidden { resource, name, .. } => Some(details(name, "", resource)),
+            ApiError::TooManyRequests { causes, .. } => Some(json!({
+                "causes": causes
+                    .iter()
+                    .map(|(reason, message)| json!({"reason": reason, "message": message}))
+                    .collect::<Vec<_>>(),
+                "retryAfterSeconds": 0,
+            })),
+            ApiError::Internal(message) => Some(json!({"causes": [{"message": message}]})),
             _ => None,
         };
         let mut status = json!({

@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 use crate::{
     convert,
     error::ApiError,
+    evictions,
     http::{ApiRequest, Body, State, json_bytes_response, json_response, stream_response},
     patch::{self, PatchType},
     pods,
@@ -251,6 +252,14 @@ pub fn bind(state: &State, r: &ApiRequest) -> Reply {
     let binding = body_json(r)?;
     let status = with_store(state, r, |inner| {
         pods::bind(inner, r.res, r.ns(), name(r), &binding)
+    })?;
+    Ok(json_response(201, &status))
+}
+
+pub fn evict(state: &State, r: &ApiRequest) -> Reply {
+    let eviction = body_json(r)?;
+    let status = with_store(state, r, |inner| {
+        evictions::evict(inner, r.res, r.ns(), name(r), &eviction)
     })?;
     Ok(json_response(201, &status))
 }

@@ -230,8 +230,8 @@ async fn resource(
     let (name, subresource) = match tail {
         [] => (None, None),
         [name] => (Some(name.to_string()), None),
-        [name, "binding"] if res.group.is_empty() && res.plural == "pods" => {
-            (Some(name.to_string()), Some("binding".to_string()))
+        [name, sub @ ("binding" | "eviction")] if res.group.is_empty() && res.plural == "pods" => {
+            (Some(name.to_string()), Some(sub.to_string()))
         }
         [name, "status"] if res.status_subresource => {
             (Some(name.to_string()), Some("status".to_string()))
@@ -270,7 +270,8 @@ async fn resource(
         accept,
         body,
     };
-    if r.subresource.as_deref() == Some("binding") && r.method != Method::POST {
+    if matches!(r.subresource.as_deref(), Some("binding" | "eviction")) && r.method != Method::POST
+    {
         return error_response(&ApiError::MethodNotAllowed);
     }
     let result = match (&r.method, r.name.is_some()) {
@@ -280,6 +281,9 @@ async fn resource(
         (&Method::POST, false) => handlers::create(&state, &r),
         (&Method::POST, true) if r.subresource.as_deref() == Some("binding") => {
             handlers::bind(&state, &r)
+        }
+        (&Method::POST, true) if r.subresource.as_deref() == Some("eviction") => {
+            handlers::evict(&state, &r)
         }
         (&Method::PUT, true) => handlers::update(&state, &r),
         (&Method::PATCH, true) => handlers::patch(&state, &r),

@@ -19,6 +19,7 @@
 mod convert;
 mod discovery;
 mod error;
+mod evictions;
 mod handlers;
 mod http;
 mod patch;

@@ -51,6 +51,41 @@ impl LabelSelector {
         Ok(LabelSelector(reqs))
     }
 
+    /// A `metav1.LabelSelector` object (`matchLabels`, `matchExpressions`),
+    /// as `LabelSelectorAsSelector` reads it; `None` (a null selector)
+    /// selects nothing, `{}` everything.
+    pub fn from_object(sel: &Value) -> Result<Option<Self>, String> {
+        if sel.is_null() {
+            return Ok(None);
+        }
+        let mut reqs = Vec::new();
+        for (k, v) in sel["matchLabels"].as_object().into_iter().flatten() {
+            let v = v.as_str().ok_or(format!("matchLabels.{k}: not a string"))?;
+            reqs.push(Requirement::Eq(valid_key(k)?, v.to_string()));
+        }
+        for e in sel["matchExpressions"].as_array().into_iter().flatten() {
+            let key = valid_key(e["key"].as_str().unwrap_or_default())?;
+            let values: Vec<String> = e["values"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|v| v.as_str().map(String::from))
+                .collect();
+            let op = e["operator"].as_str().unwrap_or_default();
+            reqs.push(match op {
+                "In" | "NotIn" if values.is_empty() => {
+                    return Err(format!("for '{op}' operator, values set can't be empty"));
+                }
+                "In" => Requirement::In(key, values),
+                "NotIn" => Requirement::NotIn(key, values),
+                "Exists" => Requirement::Exists(key),
+                "DoesNotExist" => Requirement::NotExists(key),
+                other => return Err(format!("{other:?} is not a valid label selector operator")),
+            });
+        }
+        Ok(Some(LabelSelector(reqs)))
+    }
+
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }

@@ -197,6 +197,11 @@ fn defaults_on_create(
             services::prepare(inner, res, name, obj, None)?;
             obj["status"] = json!({"loadBalancer": {}});
         }
+        ("policy", "poddisruptionbudgets") => {
+            crate::evictions::validate_budget(res, name, obj)?;
+            // Zeroes, not absent: the fields are not omitempty upstream.
+            obj["status"] = json!({"disruptionsAllowed": 0, "currentHealthy": 0, "desiredHealthy": 0, "expectedPods": 0});
+        }
         _ => {}
     }
     Ok(())
@@ -309,6 +314,9 @@ pub fn update(
         }
         ("", "namespaces") if !status_only => {
             new["metadata"]["labels"]["kubernetes.io/metadata.name"] = json!(name);
+        }
+        ("policy", "poddisruptionbudgets") if !status_only => {
+            crate::evictions::validate_budget(res, name, &new)?;
         }
         _ => {}
     }

@@ -106,6 +106,13 @@ fn columns(res: &'static ResourceDef) -> Vec<Value> {
             age,
         ],
         ("coordination.k8s.io", "leases") => vec![name, col("Holder", "string", "", 0), age],
+        ("policy", "poddisruptionbudgets") => vec![
+            name,
+            col("Min Available", "string", "", 0),
+            col("Max Unavailable", "string", "", 0),
+            col("Allowed Disruptions", "integer", "", 0),
+            age,
+        ],
         // Both Event APIs print alike upstream (one printer for one resource).
         (_, "events") => vec![
             col("Last Seen", "string", "", 0),
@@ -238,6 +245,21 @@ fn cells(res: &'static ResourceDef, obj: &Value) -> Vec<Value> {
             vec![
                 name,
                 json!(or_none(s(obj, "/spec/holderIdentity").into())),
+                age,
+            ]
+        }
+        ("policy", "poddisruptionbudgets") => {
+            // An int or a percentage; N/A when unset.
+            let bound = |v: &Value| match v {
+                Value::Null => "N/A".to_string(),
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            vec![
+                name,
+                json!(bound(&obj["spec"]["minAvailable"])),
+                json!(bound(&obj["spec"]["maxUnavailable"])),
+                json!(obj["status"]["disruptionsAllowed"].as_i64().unwrap_or(0)),
                 age,
             ]
         }

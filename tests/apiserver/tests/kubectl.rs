@@ -489,3 +489,122 @@ async fn events_from_kube_rs_recorder_show_in_kubectl_get_events_and_describe() 
         "{describe}"
     );
 }
+
+const DRAINED: &str = r#"
+apiVersion: v1
+kind: Node
+metadata: {name: n1}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: a, namespace: default, labels: {app: web}}
+spec: {nodeName: n1, containers: [{name: c, image: busybox}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: b, namespace: default, labels: {app: web}}
+spec: {nodeName: n1, containers: [{name: c, image: busybox}]}
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: web, namespace: default}
+spec: {minAvailable: 1, selector: {matchLabels: {app: web}}}
+"#;
+
+/// `kubectl drain` cordons, then evicts through `pods/eviction`, retrying
+/// while the budget refuses. The test plays the disruption controller by
+/// writing the budget's status.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_drain_evicts_within_the_disruption_budget() {
+    if !Path::new(KUBECTL).exists() {
+        eprintln!("SKIPPED: {KUBECTL} is not installed; kubectl compatibility is untested");
+        return;
+    }
+    let server = TestApiServer::start(Options::default()).await.unwrap();
+    let file = server.kubeconfig_path().with_file_name("drained.yaml");
+    std::fs::write(&file, DRAINED).unwrap();
+    ok(&server, &["apply", "-f", file.to_str().unwrap()]).await;
+    for pod in ["a", "b"] {
+        let ready =
+            r#"{"status":{"phase":"Running","conditions":[{"type":"Ready","status":"True"}]}}"#;
+        let args = [
+            "patch",
+            "pod",
+            pod,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            ready,
+        ];
+        ok(&server, &args).await;
+    }
+    let budget = |allowed: u8| {
+        format!(
+            r#"{{"status":{{"observedGeneration":1,"disruptionsAllowed":{allowed},"currentHealthy":2,"desiredHealthy":1,"expectedPods":2}}}}"#
+        )
+    };
+    let status = budget(1);
+    let patch_budget = [
+        "patch",
+        "pdb",
+        "web",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        &status,
+    ];
+    ok(&server, &patch_budget).await;
+
+    let drain = ["drain", "n1", "--force", "--grace-period=0", "--timeout=6s"];
+    let (success, stdout, stderr) = kubectl(&server, &drain).await;
+    let out = format!("{stdout}{stderr}");
+    assert!(!success, "one pod is protected by the budget:\n{out}");
+    assert!(out.contains("node/n1 cordoned"), "{out}");
+    assert!(
+        out.contains("Cannot evict pod as it would violate the pod's disruption budget"),
+        "{out}"
+    );
+    let pods = ok(&server, &["-n", "default", "get", "pods", "-o", "name"]).await;
+    assert_eq!(pods.lines().count(), 1, "one evicted, one kept: {pods}");
+    let pdb = json(
+        &ok(
+            &server,
+            &["-n", "default", "get", "pdb", "web", "-o", "json"],
+        )
+        .await,
+    );
+    assert_eq!(pdb["status"]["disruptionsAllowed"], 0);
+    assert_eq!(
+        pdb["status"]["disruptedPods"].as_object().map(|m| m.len()),
+        Some(1)
+    );
+    let node = json(&ok(&server, &["get", "node", "n1", "-o", "json"]).await);
+    assert_eq!(node["spec"]["unschedulable"], true);
+
+    // The controller would allow one more once the first is replaced.
+    let status = budget(1);
+    let patch_budget = [
+        "patch",
+        "pdb",
+        "web",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        &status,
+    ];
+    ok(&server, &patch_budget).await;
+    let drain = [
+        "drain",
+        "n1",
+        "--force",
+        "--grace-period=0",
+        "--timeout=20s",
+    ];
+    let out = ok(&server, &drain).await;
+    assert!(
+        out.contains("evicted") && out.contains("node/n1 drained"),
+        "{out}"
+    );
+    let pods = ok(&server, &["-n", "default", "get", "pods", "-o", "name"]).await;
+    assert!(pods.trim().is_empty(), "{pods}");
+}
