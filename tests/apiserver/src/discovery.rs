@@ -84,7 +84,10 @@ fn entry(r: &ResourceDef) -> Value {
     if !r.short_names.is_empty() {
         e["shortNames"] = json!(r.short_names);
     }
-    if matches!(r.plural, "pods" | "services") && r.group.is_empty() {
+    if matches!(
+        (r.group, r.plural),
+        ("", "pods" | "services") | ("apps", "deployments" | "replicasets" | "daemonsets")
+    ) {
         e["categories"] = json!(["all"]);
     }
     e
@@ -100,6 +103,13 @@ pub fn resource_list(group: &str, version: &str) -> Option<Value> {
                 "singularName": "",
                 "namespaced": r.namespaced,
                 "kind": r.kind,
+                "verbs": ["get", "patch", "update"],
+            }));
+        }
+        if crate::apps::has_scale(r) {
+            list.push(json!({
+                "name": format!("{}/scale", r.plural), "singularName": "", "namespaced": true,
+                "group": "autoscaling", "version": "v1", "kind": "Scale",
                 "verbs": ["get", "patch", "update"],
             }));
         }

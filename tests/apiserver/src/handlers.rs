@@ -7,7 +7,7 @@ use hyper::Response;
 use serde_json::{Value, json};
 
 use crate::{
-    convert,
+    apps, convert,
     error::ApiError,
     evictions,
     http::{ApiRequest, Body, State, json_bytes_response, json_response, stream_response},
@@ -254,6 +254,36 @@ pub fn bind(state: &State, r: &ApiRequest) -> Reply {
         pods::bind(inner, r.res, r.ns(), name(r), &binding)
     })?;
     Ok(json_response(201, &status))
+}
+
+/// `GET|PUT|PATCH {workload}/scale`.
+pub fn scale(state: &State, r: &ApiRequest) -> Reply {
+    if r.method == hyper::Method::GET {
+        let obj = state
+            .store
+            .lock()
+            .get(r.res, r.ns(), name(r))
+            .map(Cow::into_owned)
+            .ok_or_else(|| ApiError::not_found(r.res, name(r)))?;
+        return Ok(json_response(200, &apps::scale_of(&obj)));
+    }
+    let (body, kind) = match r.method {
+        hyper::Method::PUT => (body_json(r)?, None),
+        hyper::Method::PATCH => {
+            let kind = PatchType::from_content_type(&r.content_type)
+                .ok_or(ApiError::UnsupportedPatchType)?;
+            (patch::parse_body(kind, &r.body)?, Some(kind))
+        }
+        _ => return Err(ApiError::MethodNotAllowed),
+    };
+    let write = match kind {
+        None => apps::ScaleWrite::Replace(&body),
+        Some(k) => apps::ScaleWrite::Patch(k, &body),
+    };
+    let scale = with_store(state, r, |inner| {
+        apps::write_scale(inner, r.res, r.ns(), name(r), write)
+    })?;
+    Ok(json_response(200, &scale))
 }
 
 pub fn evict(state: &State, r: &ApiRequest) -> Reply {

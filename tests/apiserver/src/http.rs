@@ -233,6 +233,9 @@ async fn resource(
         [name, sub @ ("binding" | "eviction")] if res.group.is_empty() && res.plural == "pods" => {
             (Some(name.to_string()), Some(sub.to_string()))
         }
+        [name, "scale"] if crate::apps::has_scale(res) => {
+            (Some(name.to_string()), Some("scale".to_string()))
+        }
         [name, "status"] if res.status_subresource => {
             (Some(name.to_string()), Some("status".to_string()))
         }
@@ -273,6 +276,9 @@ async fn resource(
     if matches!(r.subresource.as_deref(), Some("binding" | "eviction")) && r.method != Method::POST
     {
         return error_response(&ApiError::MethodNotAllowed);
+    }
+    if r.subresource.as_deref() == Some("scale") {
+        return handlers::scale(&state, &r).unwrap_or_else(|e| error_response(&e));
     }
     let result = match (&r.method, r.name.is_some()) {
         (&Method::GET, false) if r.flag("watch") => handlers::watch(&state, &r),

@@ -16,6 +16,7 @@
 //! # Ok(())
 //! # }
 //! ```
+mod apps;
 mod convert;
 mod discovery;
 mod error;

@@ -1,5 +1,6 @@
 //! Decodes the protobuf request bodies kubectl's typed `create` subcommands
-//! send (`kubectl create namespace|configmap|secret|serviceaccount|service`).
+//! send (`kubectl create namespace|configmap|secret|serviceaccount|service|
+//! deployment`).
 //! kubectl never falls back to JSON for request bodies, so without this those
 //! commands would fail. Schemas are field tables copied from the upstream
 //! `generated.proto` files for just these kinds; unknown fields are skipped.
@@ -20,7 +21,7 @@ pub enum ProtoError {
     #[error("invalid UTF-8 in a protobuf string")]
     Utf8,
     #[error(
-        "protobuf bodies are only decoded for Namespace, ConfigMap, Secret, ServiceAccount and Service, not {0:?}; send JSON"
+        "protobuf bodies are only decoded for Namespace, ConfigMap, Secret, ServiceAccount, Service and Deployment, not {0:?}; send JSON"
     )]
     Kind(String),
 }
@@ -29,8 +30,14 @@ pub enum ProtoError {
 enum Ty {
     Str,
     Bytes,
+    /// A plain int: zero is unset (Go's omitempty).
     Int,
+    /// An `*int32`: zero is a value (`replicas: 0`).
+    OptInt,
+    /// An `*bool`: false is a value.
     Bool,
+    /// A plain bool: false is unset.
+    Flag,
     Msg(&'static [Field]),
     RepStr,
     RepMsg(&'static [Field]),
@@ -124,6 +131,84 @@ const SERVICE_SPEC: &[Field] = &[
     (23, "trafficDistribution", Ty::Str),
 ];
 
+const LABEL_SELECTOR: &[Field] = &[
+    (1, "matchLabels", Ty::MapStr),
+    (
+        2,
+        "matchExpressions",
+        Ty::RepMsg(&[
+            (1, "key", Ty::Str),
+            (2, "operator", Ty::Str),
+            (3, "values", Ty::RepStr),
+        ]),
+    ),
+];
+
+const CONTAINER: &[Field] = &[
+    (1, "name", Ty::Str),
+    (2, "image", Ty::Str),
+    (3, "command", Ty::RepStr),
+    (4, "args", Ty::RepStr),
+    (5, "workingDir", Ty::Str),
+    (
+        6,
+        "ports",
+        Ty::RepMsg(&[
+            (1, "name", Ty::Str),
+            (2, "hostPort", Ty::Int),
+            (3, "containerPort", Ty::Int),
+            (4, "protocol", Ty::Str),
+            (5, "hostIP", Ty::Str),
+        ]),
+    ),
+    (
+        7,
+        "env",
+        Ty::RepMsg(&[(1, "name", Ty::Str), (2, "value", Ty::Str)]),
+    ),
+    (8, "resources", Ty::Msg(&[])),
+    (13, "terminationMessagePath", Ty::Str),
+    (14, "imagePullPolicy", Ty::Str),
+    (16, "stdin", Ty::Flag),
+    (17, "stdinOnce", Ty::Flag),
+    (18, "tty", Ty::Flag),
+    (20, "terminationMessagePolicy", Ty::Str),
+];
+
+/// What `kubectl create deployment` fills in of a pod spec.
+const POD_SPEC: &[Field] = &[
+    (2, "containers", Ty::RepMsg(CONTAINER)),
+    (3, "restartPolicy", Ty::Str),
+    (6, "dnsPolicy", Ty::Str),
+    (8, "serviceAccountName", Ty::Str),
+    (10, "nodeName", Ty::Str),
+    (11, "hostNetwork", Ty::Flag),
+    (19, "schedulerName", Ty::Str),
+];
+
+const DEPLOYMENT: &[Field] = &[
+    (1, "metadata", Ty::Msg(OBJECT_META)),
+    (
+        2,
+        "spec",
+        Ty::Msg(&[
+            (1, "replicas", Ty::OptInt),
+            (2, "selector", Ty::Msg(LABEL_SELECTOR)),
+            (
+                3,
+                "template",
+                Ty::Msg(&[
+                    (1, "metadata", Ty::Msg(OBJECT_META)),
+                    (2, "spec", Ty::Msg(POD_SPEC)),
+                ]),
+            ),
+            (4, "strategy", Ty::Msg(&[(1, "type", Ty::Str)])),
+            (5, "minReadySeconds", Ty::Int),
+            (7, "paused", Ty::Flag),
+        ]),
+    ),
+];
+
 const SERVICE: &[Field] = &[
     (1, "metadata", Ty::Msg(OBJECT_META)),
     (2, "spec", Ty::Msg(SERVICE_SPEC)),
@@ -210,7 +295,7 @@ fn message(buf: &[u8], schema: &[Field]) -> Result<Value, ProtoError> {
         let name = name.to_string();
         match (ty, raw) {
             // Go marshals unset scalars as zero values; JSON omits them.
-            (Ty::Str, Raw::Len([])) | (Ty::Int, Raw::Varint(0)) => {}
+            (Ty::Str, Raw::Len([])) | (Ty::Int | Ty::Flag, Raw::Varint(0)) => {}
             (Ty::Str, Raw::Len(b)) => {
                 out.insert(name, json!(string(b)?));
             }
@@ -221,10 +306,10 @@ fn message(buf: &[u8], schema: &[Field]) -> Result<Value, ProtoError> {
                 );
             }
             // int32 and int64 both sign-extend to 64 bits on the wire.
-            (Ty::Int, Raw::Varint(v)) => {
+            (Ty::Int | Ty::OptInt, Raw::Varint(v)) => {
                 out.insert(name, json!(v as i64));
             }
-            (Ty::Bool, Raw::Varint(v)) => {
+            (Ty::Bool | Ty::Flag, Raw::Varint(v)) => {
                 out.insert(name, json!(v != 0));
             }
             (Ty::Msg(s), Raw::Len(b)) => {
@@ -300,6 +385,7 @@ pub fn decode(body: &[u8]) -> Result<Value, ProtoError> {
         ("v1", "Secret") => SECRET,
         ("v1", "ServiceAccount") => SERVICE_ACCOUNT,
         ("v1", "Service") => SERVICE,
+        ("apps/v1", "Deployment") => DEPLOYMENT,
         _ => return Err(ProtoError::Kind(format!("{api_version}/{kind}"))),
     };
     let mut obj = message(raw, schema)?;
@@ -316,6 +402,66 @@ mod tests {
         let mut out = vec![(num << 3 | 2) as u8, payload.len() as u8];
         out.extend_from_slice(payload);
         out
+    }
+
+    /// `kubectl create deployment web --image=busybox:1 --replicas=0
+    /// --port=8080 -- httpd -f`, as kubectl 1.32 sent it (zeros and empty
+    /// strings included, as Go marshals them), trimmed of unset fields.
+    #[test]
+    fn decodes_kubectls_deployment() {
+        let labels = field(11, &[field(1, b"app"), field(2, b"web")].concat());
+        let meta = [
+            field(1, b"web"),
+            field(2, b""),
+            vec![0x38, 0],
+            labels.clone(),
+        ]
+        .concat();
+        let port = [field(1, b""), vec![0x10, 0, 0x18, 0x90, 0x3f]].concat();
+        let container = [
+            field(1, b"busybox"),
+            field(2, b"busybox:1"),
+            field(3, b"httpd"),
+            field(3, b"-f"),
+            field(6, &port),
+            field(8, b""),
+            vec![0x80, 0x01, 0],
+        ]
+        .concat();
+        let pod_spec = [field(2, &container), vec![0x58, 0]].concat();
+        let template = [field(1, &labels), field(2, &pod_spec)].concat();
+        let selector = field(1, &[field(1, b"app"), field(2, b"web")].concat());
+        let spec = [
+            vec![0x08, 0],
+            field(2, &selector),
+            field(3, &template),
+            field(4, &field(1, b"")),
+            vec![0x38, 0],
+        ]
+        .concat();
+        let dep = [field(1, &meta), field(2, &spec)].concat();
+        let type_meta = [field(1, b"apps/v1"), field(2, b"Deployment")].concat();
+        let body = [MAGIC.to_vec(), field(1, &type_meta), field(2, &dep)].concat();
+        let obj = decode(&body).unwrap();
+        assert_eq!(
+            obj,
+            json!({
+                "apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "web", "labels": {"app": "web"}},
+                "spec": {
+                    "replicas": 0,
+                    "selector": {"matchLabels": {"app": "web"}},
+                    "template": {
+                        "metadata": {"labels": {"app": "web"}},
+                        "spec": {"containers": [{
+                            "name": "busybox", "image": "busybox:1", "command": ["httpd", "-f"],
+                            "ports": [{"containerPort": 8080}], "resources": {},
+                        }]},
+                    },
+                    "strategy": {},
+                },
+            })
+        );
     }
 
     #[test]

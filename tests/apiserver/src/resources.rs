@@ -208,6 +208,9 @@ pub static RESOURCES: &[ResourceDef] = &[
         field_selectors: &[],
         stored_as: None,
     },
+    apps("deployments", "deployment", "Deployment", &["deploy"]),
+    apps("replicasets", "replicaset", "ReplicaSet", &["rs"]),
+    apps("daemonsets", "daemonset", "DaemonSet", &["ds"]),
     ResourceDef {
         group: "policy",
         version: "v1",
@@ -249,6 +252,27 @@ pub static RESOURCES: &[ResourceDef] = &[
         false,
     ),
 ];
+
+const fn apps(
+    plural: &'static str,
+    singular: &'static str,
+    kind: &'static str,
+    short_names: &'static [&'static str],
+) -> ResourceDef {
+    ResourceDef {
+        group: "apps",
+        version: "v1",
+        plural,
+        singular,
+        kind,
+        namespaced: true,
+        status_subresource: true,
+        generation: true,
+        short_names,
+        field_selectors: &[],
+        stored_as: None,
+    }
+}
 
 const fn rbac(
     plural: &'static str,

@@ -197,6 +197,11 @@ fn defaults_on_create(
             services::prepare(inner, res, name, obj, None)?;
             obj["status"] = json!({"loadBalancer": {}});
         }
+        ("apps", _) => {
+            crate::apps::defaults(res, obj);
+            crate::apps::validate(res, name, obj, None)?;
+            obj["status"] = json!({});
+        }
         ("policy", "poddisruptionbudgets") => {
             crate::evictions::validate_budget(res, name, obj)?;
             // Zeroes, not absent: the fields are not omitempty upstream.
@@ -317,6 +322,10 @@ pub fn update(
         }
         ("policy", "poddisruptionbudgets") if !status_only => {
             crate::evictions::validate_budget(res, name, &new)?;
+        }
+        ("apps", _) if !status_only => {
+            crate::apps::defaults(res, &mut new);
+            crate::apps::validate(res, name, &new, Some(&old))?;
         }
         _ => {}
     }

@@ -106,6 +106,36 @@ fn columns(res: &'static ResourceDef) -> Vec<Value> {
             age,
         ],
         ("coordination.k8s.io", "leases") => vec![name, col("Holder", "string", "", 0), age],
+        ("apps", plural) => {
+            let (containers, images, selector) = (
+                col("Containers", "string", "", 1),
+                col("Images", "string", "", 1),
+                col("Selector", "string", "", 1),
+            );
+            let mut cols = vec![name];
+            let counts: &[&str] = match plural {
+                "deployments" => &["Ready", "Up-to-date", "Available"],
+                "replicasets" => &["Desired", "Current", "Ready"],
+                _ => &["Desired", "Current", "Ready", "Up-to-date", "Available"],
+            };
+            cols.extend(counts.iter().map(|c| {
+                col(
+                    c,
+                    if *c == "Ready" && plural == "deployments" {
+                        "string"
+                    } else {
+                        "integer"
+                    },
+                    "",
+                    0,
+                )
+            }));
+            if plural == "daemonsets" {
+                cols.push(col("Node Selector", "string", "", 0));
+            }
+            cols.extend([age, containers, images, selector]);
+            cols
+        }
         ("policy", "poddisruptionbudgets") => vec![
             name,
             col("Min Available", "string", "", 0),
@@ -248,6 +278,7 @@ fn cells(res: &'static ResourceDef, obj: &Value) -> Vec<Value> {
                 age,
             ]
         }
+        ("apps", plural) => apps_cells(plural, obj, name, age),
         ("policy", "poddisruptionbudgets") => {
             // An int or a percentage; N/A when unset.
             let bound = |v: &Value| match v {
@@ -266,6 +297,61 @@ fn cells(res: &'static ResourceDef, obj: &Value) -> Vec<Value> {
         (_, "events") => event_cells(&convert::to_storage(res, obj.clone())),
         _ => vec![name, age],
     }
+}
+
+/// Upstream's `printDeployment`, `printReplicaSet`, `printDaemonSet`.
+fn apps_cells(plural: &str, obj: &Value, name: Value, age: Value) -> Vec<Value> {
+    let n = |p: &str| json!(obj.pointer(p).and_then(Value::as_i64).unwrap_or(0));
+    let mut cells = vec![name];
+    match plural {
+        "deployments" => cells.extend([
+            json!(format!(
+                "{}/{}",
+                n("/status/readyReplicas"),
+                n("/spec/replicas")
+            )),
+            n("/status/updatedReplicas"),
+            n("/status/availableReplicas"),
+        ]),
+        "replicasets" => cells.extend([
+            n("/spec/replicas"),
+            n("/status/replicas"),
+            n("/status/readyReplicas"),
+        ]),
+        _ => {
+            cells.extend([
+                n("/status/desiredNumberScheduled"),
+                n("/status/currentNumberScheduled"),
+                n("/status/numberReady"),
+                n("/status/updatedNumberScheduled"),
+                n("/status/numberAvailable"),
+            ]);
+            let node_selector: Vec<String> = obj
+                .pointer("/spec/template/spec/nodeSelector")
+                .and_then(Value::as_object)
+                .into_iter()
+                .flatten()
+                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+                .collect();
+            cells.push(json!(or_none(node_selector.join(","))));
+        }
+    }
+    let containers: Vec<&Value> = obj
+        .pointer("/spec/template/spec/containers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .collect();
+    let joined = |field: &str| {
+        containers
+            .iter()
+            .filter_map(|c| c[field].as_str())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let selector = crate::apps::scale_of(obj)["status"]["selector"].clone();
+    cells.extend([age, json!(joined("name")), json!(joined("image")), selector]);
+    cells
 }
 
 /// An Event's cells from its core/v1 form, as upstream's `printEvent`: the

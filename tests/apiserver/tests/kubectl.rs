@@ -608,3 +608,103 @@ async fn kubectl_drain_evicts_within_the_disruption_budget() {
     let pods = ok(&server, &["-n", "default", "get", "pods", "-o", "name"]).await;
     assert!(pods.trim().is_empty(), "{pods}");
 }
+
+/// Deployments as users make and scale them (protobuf create, `/scale`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_creates_and_scales_deployments() {
+    if !Path::new(KUBECTL).exists() {
+        eprintln!("SKIPPED: {KUBECTL} is not installed; kubectl compatibility is untested");
+        return;
+    }
+    let server = TestApiServer::start(Options::default()).await.unwrap();
+    let create = [
+        "-n",
+        "default",
+        "create",
+        "deployment",
+        "web",
+        "--image=busybox:1",
+        "--replicas=3",
+        "--port=8080",
+        "--",
+        "httpd",
+        "-f",
+    ];
+    ok(&server, &create).await;
+    let get = ["-n", "default", "get", "deployment", "web", "-o", "json"];
+    let d = json(&ok(&server, &get).await);
+    assert_eq!(d["spec"]["replicas"], 3);
+    assert_eq!(d["spec"]["strategy"]["rollingUpdate"]["maxSurge"], "25%");
+    let c = &d["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(c["command"], serde_json::json!(["httpd", "-f"]));
+    assert_eq!(c["ports"][0]["containerPort"], 8080);
+
+    let out = ok(
+        &server,
+        &[
+            "-n",
+            "default",
+            "scale",
+            "deployment",
+            "web",
+            "--replicas=5",
+        ],
+    )
+    .await;
+    assert!(out.contains("deployment.apps/web scaled"), "{out}");
+    let d = json(&ok(&server, &get).await);
+    assert_eq!(
+        (
+            d["spec"]["replicas"].as_i64(),
+            d["metadata"]["generation"].as_i64()
+        ),
+        (Some(5), Some(2))
+    );
+    let scale = [
+        "-n",
+        "default",
+        "scale",
+        "deployment",
+        "web",
+        "--replicas=2",
+        "--current-replicas=4",
+    ];
+    let (success, _, stderr) = kubectl(&server, &scale).await;
+    assert!(
+        !success && stderr.contains("Expected replicas to be 4, was 5"),
+        "{stderr}"
+    );
+
+    let table = ok(
+        &server,
+        &["-n", "default", "get", "deployments", "-o", "wide"],
+    )
+    .await;
+    assert!(
+        table.starts_with("NAME   READY   UP-TO-DATE   AVAILABLE   AGE   CONTAINERS   IMAGES"),
+        "{table}"
+    );
+    assert!(
+        table.contains("0/5") && table.contains("app=web"),
+        "{table}"
+    );
+    let all = ok(&server, &["-n", "default", "get", "all"]).await;
+    assert!(all.contains("deployment.apps/web"), "{all}");
+
+    // A selector that misses the template is refused, naming the field.
+    let bad = server.kubeconfig_path().with_file_name("bad.yaml");
+    std::fs::write(
+        &bad,
+        "apiVersion: apps/v1\nkind: DaemonSet\nmetadata: {name: agent, namespace: default}\n\
+         spec:\n  selector: {matchLabels: {app: agent}}\n  template:\n    metadata: {labels: {app: other}}\n\
+         \x20   spec: {containers: [{name: a, image: x}]}\n",
+    )
+    .unwrap();
+    let (success, _, stderr) = kubectl(&server, &["apply", "-f", bad.to_str().unwrap()]).await;
+    assert!(
+        !success
+            && stderr.contains("spec.template.metadata.labels")
+            && stderr.contains("does not match"),
+        "{stderr}"
+    );
+}
