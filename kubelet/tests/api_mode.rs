@@ -3,7 +3,6 @@
 //! and an API-server outage. No root or containerd needed.
 use std::{
     collections::BTreeMap,
-    future::Future,
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -29,7 +28,7 @@ use weir_kubelet::{
     health::NodeHealth,
     static_pods::{self, CONFIG_MIRROR},
 };
-use weir_test_apiserver::{Options, TestApiServer};
+use weir_test_apiserver::{Options, TestApiServer, eventually};
 
 const NODE: &str = "node-a";
 const WAIT: Duration = Duration::from_secs(20);
@@ -119,18 +118,6 @@ async fn kubelet_with(
 async fn kubelet(lease_secs: u64) -> Kubelet {
     let (server, client) = server().await;
     kubelet_on(server, client, lease_secs).await
-}
-
-/// Polls `f` until it yields `Some`, or fails the test after WAIT.
-async fn eventually<T, F: Future<Output = Option<T>>>(what: &str, mut f: impl FnMut() -> F) -> T {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 fn pod(name: &str, node: &str) -> Pod {

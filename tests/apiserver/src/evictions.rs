@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 
 use crate::{
     error::ApiError,
+    pods,
     resources::{self, ResourceDef},
     selectors::LabelSelector,
     semantics::{self, DeleteOptions},
@@ -226,7 +227,7 @@ fn spend(inner: &mut Inner, ns: &str, pdb: &str, pod: &str) -> Result<(), ApiErr
     status["disruptionsAllowed"] = json!(left);
     status["disruptedPods"][pod] = json!(semantics::now());
     if left == 0 {
-        set_condition(
+        pods::set_condition(
             status,
             json!({"type": "DisruptionAllowed", "status": "False", "reason": "InsufficientPods",
                    "message": "", "observedGeneration": generation}),
@@ -243,31 +244,13 @@ fn mark_disrupted(
     name: &str,
     mut pod: Value,
 ) -> Result<(), ApiError> {
-    set_condition(
+    pods::set_condition(
         &mut pod["status"],
         json!({"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI",
                "message": "Eviction API: evicting"}),
     );
     semantics::update(inner, pods, ns, name, pod, true)?;
     Ok(())
-}
-
-/// Replaces the condition of the same type, keeping its transition time
-/// when the status did not change.
-fn set_condition(status: &mut Value, mut cond: Value) {
-    if !status["conditions"].is_array() {
-        status["conditions"] = json!([]);
-    }
-    let conds = status["conditions"].as_array_mut().expect("set above");
-    let old = conds.iter().position(|c| c["type"] == cond["type"]);
-    cond["lastTransitionTime"] = match old.map(|i| &conds[i]) {
-        Some(c) if c["status"] == cond["status"] => c["lastTransitionTime"].clone(),
-        _ => json!(semantics::now()),
-    };
-    match old {
-        Some(i) => conds[i] = cond,
-        None => conds.push(cond),
-    }
 }
 
 /// Checks a budget on create and update, as upstream's validation does.

@@ -20,6 +20,7 @@ mod apps;
 mod convert;
 mod discovery;
 mod error;
+mod eventually;
 mod evictions;
 mod handlers;
 mod http;
@@ -38,4 +39,5 @@ mod tls;
 mod watch;
 
 pub use error::{ApiError, Error};
+pub use eventually::{WAIT, eventually, eventually_within};
 pub use server::{Options, TestApiServer};

@@ -184,8 +184,31 @@ pub fn bind(
         ));
     }
     pod["spec"]["nodeName"] = json!(node);
+    // As upstream's binding does: `kubectl describe pod` shows it.
+    set_condition(
+        &mut pod["status"],
+        json!({"type": "PodScheduled", "status": "True"}),
+    );
     inner.put(res, ns, name, pod);
     Ok(
         json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
     )
+}
+
+/// Replaces the condition of the same type, keeping its transition time
+/// when the status did not change.
+pub fn set_condition(status: &mut Value, mut cond: Value) {
+    if !status["conditions"].is_array() {
+        status["conditions"] = json!([]);
+    }
+    let conds = status["conditions"].as_array_mut().expect("set above");
+    let old = conds.iter().position(|c| c["type"] == cond["type"]);
+    cond["lastTransitionTime"] = match old.map(|i| &conds[i]) {
+        Some(c) if c["status"] == cond["status"] => c["lastTransitionTime"].clone(),
+        _ => json!(crate::semantics::now()),
+    };
+    match old {
+        Some(i) => conds[i] = cond,
+        None => conds.push(cond),
+    }
 }

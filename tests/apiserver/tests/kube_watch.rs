@@ -20,20 +20,11 @@ use serde_json::json;
 mod common;
 
 use common::{cm, start_with};
-use weir_test_apiserver::Options;
+use weir_test_apiserver::{Options, WAIT, eventually};
 
-const WAIT: Duration = Duration::from_secs(20);
-
-/// Polls `check` until it holds or WAIT passes.
-async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while !check() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+/// A condition checked at once, for [`eventually`].
+fn ready(holds: bool) -> std::future::Ready<Option<()>> {
+    std::future::ready(holds.then_some(()))
 }
 
 #[tokio::test]
@@ -215,11 +206,14 @@ async fn reflector_follows_changes_and_survives_an_outage() {
             .map(|c| c.data.clone().unwrap()["k"].clone())
     };
 
-    eventually("initial list", || value("before").as_deref() == Some("1")).await;
+    eventually("initial list", || {
+        ready(value("before").as_deref() == Some("1"))
+    })
+    .await;
     api.create(&PostParams::default(), &cm("a", "1", &[]))
         .await
         .unwrap();
-    eventually("create", || value("a").as_deref() == Some("1")).await;
+    eventually("create", || ready(value("a").as_deref() == Some("1"))).await;
     api.patch(
         "a",
         &PatchParams::default(),
@@ -227,11 +221,11 @@ async fn reflector_follows_changes_and_survives_an_outage() {
     )
     .await
     .unwrap();
-    eventually("update", || value("a").as_deref() == Some("2")).await;
+    eventually("update", || ready(value("a").as_deref() == Some("2"))).await;
     api.delete("before", &DeleteParams::default())
         .await
         .unwrap();
-    eventually("delete", || value("before").is_none()).await;
+    eventually("delete", || ready(value("before").is_none())).await;
 
     server.stop().await;
     assert!(
@@ -250,7 +244,7 @@ async fn reflector_follows_changes_and_survives_an_outage() {
     .await
     .unwrap();
     eventually("convergence after restart", || {
-        value("after").as_deref() == Some("1") && value("a").as_deref() == Some("3")
+        ready(value("after").as_deref() == Some("1") && value("a").as_deref() == Some("3"))
     })
     .await;
     assert_eq!(reader.state().len(), 2);
