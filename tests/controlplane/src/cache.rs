@@ -1,0 +1,85 @@
+//! Informers: one reflector per kind, all feeding one change counter that
+//! the controllers wait on. Controllers are level-triggered: a change to
+//! anything re-runs their whole decision, which is cheap at the sizes a test
+//! cluster has and cannot miss an edge.
+use std::fmt::Debug;
+
+use futures::StreamExt as _;
+use kube::{
+    Api, Client, Resource,
+    runtime::{WatchStreamExt as _, reflector, watcher},
+};
+use tokio::sync::watch;
+
+use k8s_openapi::{
+    api::{
+        core::v1::{Node, Pod, Service},
+        discovery::v1::EndpointSlice,
+    },
+    serde::de::DeserializeOwned,
+};
+
+pub use reflector::Store;
+
+/// The caches every controller reads.
+#[derive(Clone)]
+pub struct Caches {
+    pub pods: Store<Pod>,
+    pub nodes: Store<Node>,
+    pub services: Store<Service>,
+    pub slices: Store<EndpointSlice>,
+    changed: watch::Receiver<u64>,
+}
+
+impl Caches {
+    /// Starts the reflectors; returns once each has listed.
+    pub async fn start(client: &Client, tasks: &mut tokio::task::JoinSet<()>) -> Self {
+        let (tx, changed) = watch::channel(0u64);
+        let caches = Caches {
+            pods: reflect(Api::all(client.clone()), &tx, tasks),
+            nodes: reflect(Api::all(client.clone()), &tx, tasks),
+            services: reflect(Api::all(client.clone()), &tx, tasks),
+            slices: reflect(Api::all(client.clone()), &tx, tasks),
+            changed,
+        };
+        // The writers live as long as the tasks: these cannot fail first.
+        let _ = caches.pods.wait_until_ready().await;
+        let _ = caches.nodes.wait_until_ready().await;
+        let _ = caches.services.wait_until_ready().await;
+        let _ = caches.slices.wait_until_ready().await;
+        caches
+    }
+
+    /// A receiver that wakes on any change after now.
+    pub fn changes(&self) -> watch::Receiver<u64> {
+        let mut rx = self.changed.clone();
+        rx.mark_unchanged();
+        rx
+    }
+}
+
+fn reflect<K>(
+    api: Api<K>,
+    tx: &watch::Sender<u64>,
+    tasks: &mut tokio::task::JoinSet<()>,
+) -> Store<K>
+where
+    K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+{
+    let (store, writer) = reflector::store();
+    let tx = tx.clone();
+    let stream = reflector(
+        writer,
+        watcher(api, watcher::Config::default()).default_backoff(),
+    );
+    tasks.spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(ev) = stream.next().await {
+            match ev {
+                Ok(_) => tx.send_modify(|n| *n += 1),
+                Err(e) => tracing::warn!("watch {}: {e}", K::plural(&())),
+            }
+        }
+    });
+    store
+}
