@@ -13,6 +13,7 @@ use tokio::sync::watch;
 
 use k8s_openapi::{
     api::{
+        apps::v1::{Deployment, ReplicaSet},
         core::v1::{Node, Pod, Service},
         discovery::v1::EndpointSlice,
     },
@@ -28,6 +29,8 @@ pub struct Caches {
     pub nodes: Store<Node>,
     pub services: Store<Service>,
     pub slices: Store<EndpointSlice>,
+    pub replicasets: Store<ReplicaSet>,
+    pub deployments: Store<Deployment>,
     changed: watch::Receiver<u64>,
 }
 
@@ -40,6 +43,8 @@ impl Caches {
             nodes: reflect(Api::all(client.clone()), &tx, tasks),
             services: reflect(Api::all(client.clone()), &tx, tasks),
             slices: reflect(Api::all(client.clone()), &tx, tasks),
+            replicasets: reflect(Api::all(client.clone()), &tx, tasks),
+            deployments: reflect(Api::all(client.clone()), &tx, tasks),
             changed,
         };
         // The writers live as long as the tasks: these cannot fail first.
@@ -47,6 +52,8 @@ impl Caches {
         let _ = caches.nodes.wait_until_ready().await;
         let _ = caches.services.wait_until_ready().await;
         let _ = caches.slices.wait_until_ready().await;
+        let _ = caches.replicasets.wait_until_ready().await;
+        let _ = caches.deployments.wait_until_ready().await;
         caches
     }
 

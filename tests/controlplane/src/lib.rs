@@ -8,9 +8,14 @@ use std::{future::Future, time::Duration};
 use kube::Client;
 
 pub mod cache;
+pub mod deployments;
 pub mod endpointslices;
+pub mod expectations;
+pub mod gc;
 pub mod quantity;
+pub mod replicasets;
 pub mod scheduler;
+pub mod selector;
 
 pub use cache::Caches;
 
@@ -57,6 +62,9 @@ impl ControlPlane {
         let mut tasks = tokio::task::JoinSet::new();
         let caches = Caches::start(&client, &mut tasks).await;
         tasks.spawn(scheduler::run::run(client.clone(), caches.clone()));
+        tasks.spawn(deployments::run::run(client.clone(), caches.clone()));
+        tasks.spawn(replicasets::run::run(client.clone(), caches.clone()));
+        tasks.spawn(gc::run(client.clone(), caches.clone()));
         tasks.spawn(endpointslices::run::run(client, caches));
         ControlPlane { _tasks: tasks }
     }

@@ -251,3 +251,152 @@ async fn pods_are_scheduled_and_their_endpoints_published() {
     })
     .await;
 }
+
+/// Plays the kubelets: bound pods start at once with an address and turn
+/// Ready; pods being deleted are confirmed gone.
+fn fake_kubelets(client: Client) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let pods: Api<Pod> = Api::all(client.clone());
+        let mut next_ip = 10u32;
+        loop {
+            for p in pods
+                .list(&ListParams::default())
+                .await
+                .map(|l| l.items)
+                .unwrap_or_default()
+            {
+                let ns = p.metadata.namespace.clone().unwrap_or_default();
+                let name = p.metadata.name.clone().unwrap_or_default();
+                let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+                if p.metadata.deletion_timestamp.is_some() {
+                    let _ = api
+                        .delete(&name, &DeleteParams::default().grace_period(0))
+                        .await;
+                } else if node_of(&p).is_some()
+                    && p.status.as_ref().and_then(|s| s.pod_ip.as_ref()).is_none()
+                {
+                    next_ip += 1;
+                    let ip = format!("10.244.{}.{}", next_ip / 250, next_ip % 250 + 1);
+                    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+                    let status = json!({"status": {"phase": "Running", "podIP": ip,
+                        "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": now}]}});
+                    let _ = api
+                        .patch_status(&name, &PatchParams::default(), &Patch::Strategic(status))
+                        .await;
+                }
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deployments_scale_roll_and_are_collected() {
+    use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+
+    let server = TestApiServer::start(Options::default()).await.unwrap();
+    let client = server.client().await.unwrap();
+    register(&client, node("n1", "zone-a", json!({}))).await;
+    register(&client, node("n2", "zone-b", json!({}))).await;
+    let _control_plane = ControlPlane::start(client.clone()).await;
+    let kubelets = fake_kubelets(client.clone());
+
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    let svc: Service = serde_json::from_value(json!({
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]},
+    }))
+    .unwrap();
+    services.create(&PostParams::default(), &svc).await.unwrap();
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
+    let d: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"}},
+                 "template": {"metadata": {"labels": {"app": "web"}},
+                              "spec": {"containers": [{"name": "web", "image": "busybox:1"}]}}},
+    }))
+    .unwrap();
+    deployments
+        .create(&PostParams::default(), &d)
+        .await
+        .unwrap();
+
+    let available = |n: i32| {
+        let deployments = deployments.clone();
+        move || {
+            let deployments = deployments.clone();
+            async move {
+                let s = deployments.get("web").await.ok()?.status?;
+                let done = s.available_replicas == Some(n)
+                    && s.updated_replicas == Some(n)
+                    && s.replicas == Some(n);
+                done.then_some(())
+            }
+        }
+    };
+    eventually("3 available", available(3)).await;
+    let ready_endpoints = |n: usize| {
+        let client = client.clone();
+        move || {
+            let client = client.clone();
+            async move {
+                let eps = endpoints(&client, "web").await;
+                (eps.len() == n && eps.iter().all(|e| e.1)).then_some(())
+            }
+        }
+    };
+    eventually("3 ready endpoints", ready_endpoints(3)).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let first = pods.list(&ListParams::default()).await.unwrap().items;
+    let hash = first[0].metadata.labels.as_ref().unwrap()["pod-template-hash"].clone();
+    assert!(first.iter().all(|p| {
+        let owner = &p.metadata.owner_references.as_ref().unwrap()[0];
+        owner.kind == "ReplicaSet" && owner.name == format!("web-{hash}")
+    }));
+
+    // `kubectl scale` writes the Scale subresource.
+    let scale = json!({"spec": {"replicas": 5}});
+    deployments
+        .patch_scale("web", &PatchParams::default(), &Patch::Merge(scale))
+        .await
+        .unwrap();
+    eventually("5 available", available(5)).await;
+    eventually("5 ready endpoints", ready_endpoints(5)).await;
+
+    // A new image rolls out through a second ReplicaSet.
+    let image = json!({"spec": {"template": {"spec": {"containers": [{"name": "web", "image": "busybox:2"}]}}}});
+    deployments
+        .patch("web", &PatchParams::default(), &Patch::Strategic(image))
+        .await
+        .unwrap();
+    let rss: Api<ReplicaSet> = Api::namespaced(client.clone(), "default");
+    eventually("rolled out", || async {
+        available(5)().await?;
+        let list = rss.list(&ListParams::default()).await.ok()?.items;
+        let sizes: Vec<i32> = list
+            .iter()
+            .filter_map(|rs| rs.spec.as_ref()?.replicas)
+            .collect();
+        let pods = pods.list(&ListParams::default()).await.ok()?.items;
+        let new = pods
+            .iter()
+            .all(|p| p.spec.as_ref().unwrap().containers[0].image.as_deref() == Some("busybox:2"));
+        (list.len() == 2 && sizes.contains(&0) && sizes.contains(&5) && pods.len() == 5 && new)
+            .then_some(())
+    })
+    .await;
+    eventually("5 ready endpoints after the rollout", ready_endpoints(5)).await;
+
+    // Deleting the Deployment takes its ReplicaSets and pods with it.
+    deployments
+        .delete("web", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("everything collected", || async {
+        let left = rss.list(&ListParams::default()).await.ok()?.items.len()
+            + pods.list(&ListParams::default()).await.ok()?.items.len();
+        (left == 0).then_some(())
+    })
+    .await;
+    kubelets.abort();
+}

@@ -1,6 +1,6 @@
 //! Acting on the EndpointSlice controller's plans, for every Service.
-//! Slices of a Service that no longer exists are deleted here; upstream
-//! leaves that to the garbage collector through their ownerReferences.
+//! Slices of a deleted Service are the garbage collector's (`gc`), through
+//! their ownerReferences, as upstream.
 use std::collections::BTreeMap;
 
 use k8s_openapi::{
@@ -87,15 +87,6 @@ pub async fn sync(client: &Client, caches: &Caches) -> anyhow::Result<()> {
         let owned: Vec<&EndpointSlice> = owned.iter().map(AsRef::as_ref).collect();
         let actions = plan(&svc, &owned, want, &trigger_time(&svc, &selected));
         if let Err(e) = apply(client, &ns, actions).await {
-            first_error.get_or_insert(e);
-        }
-    }
-    for ((ns, _), orphans) in slices {
-        let deletes = orphans
-            .iter()
-            .map(|s| Action::Delete(s.metadata.name.clone().unwrap_or_default()))
-            .collect();
-        if let Err(e) = apply(client, &ns, deletes).await {
             first_error.get_or_insert(e);
         }
     }
