@@ -208,13 +208,18 @@ fn name(r: &ApiRequest) -> &str {
     r.name.as_deref().unwrap_or_default()
 }
 
-pub fn get(state: &State, r: &ApiRequest) -> Reply {
-    let obj = state
+/// The object the request names, as its resource reads it.
+fn fetch(state: &State, r: &ApiRequest) -> Result<Value, ApiError> {
+    state
         .store
         .lock()
         .get(r.res, r.ns(), name(r))
         .map(Cow::into_owned)
-        .ok_or_else(|| ApiError::not_found(r.res, name(r)))?;
+        .ok_or_else(|| ApiError::not_found(r.res, name(r)))
+}
+
+pub fn get(state: &State, r: &ApiRequest) -> Reply {
+    let obj = fetch(state, r)?;
     Ok(json_response(200, &view(r).one(r.res, &obj)))
 }
 
@@ -259,13 +264,7 @@ pub fn bind(state: &State, r: &ApiRequest) -> Reply {
 /// `GET|PUT|PATCH {workload}/scale`.
 pub fn scale(state: &State, r: &ApiRequest) -> Reply {
     if r.method == hyper::Method::GET {
-        let obj = state
-            .store
-            .lock()
-            .get(r.res, r.ns(), name(r))
-            .map(Cow::into_owned)
-            .ok_or_else(|| ApiError::not_found(r.res, name(r)))?;
-        return Ok(json_response(200, &apps::scale_of(&obj)));
+        return Ok(json_response(200, &apps::scale_of(&fetch(state, r)?)));
     }
     let (body, kind) = match r.method {
         hyper::Method::PUT => (body_json(r)?, None),

@@ -9,6 +9,15 @@ use weir_test_apiserver::{Options, TestApiServer};
 
 const KUBECTL: &str = "/usr/bin/kubectl";
 
+/// A server, or `None` (said loudly) when kubectl is not installed.
+async fn server_for_kubectl() -> Option<TestApiServer> {
+    if !Path::new(KUBECTL).exists() {
+        eprintln!("SKIPPED: {KUBECTL} is not installed; kubectl compatibility is untested");
+        return None;
+    }
+    Some(TestApiServer::start(Options::default()).await.unwrap())
+}
+
 fn kubectl_cmd(server: &TestApiServer, args: &[&str]) -> Command {
     let cache = server.kubeconfig_path().with_file_name("kubectl-cache");
     let mut cmd = Command::new(KUBECTL);
@@ -78,11 +87,9 @@ spec:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_create_apply_get_watch_patch_delete() {
-    if !Path::new(KUBECTL).exists() {
-        eprintln!("SKIPPED: {KUBECTL} is not installed; kubectl compatibility is untested");
+    let Some(server) = server_for_kubectl().await else {
         return;
-    }
-    let server = TestApiServer::start(Options::default()).await.unwrap();
+    };
     let dir = server.kubeconfig_path().parent().unwrap().to_path_buf();
 
     assert!(
@@ -229,11 +236,9 @@ async fn kubectl_create_apply_get_watch_patch_delete() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_typed_create_subcommands() {
-    if !Path::new(KUBECTL).exists() {
-        eprintln!("SKIPPED: {KUBECTL} is not installed; kubectl compatibility is untested");
+    let Some(server) = server_for_kubectl().await else {
         return;
-    }
-    let server = TestApiServer::start(Options::default()).await.unwrap();
+    };
     // These send protobuf bodies.
     ok(
         &server,
@@ -331,11 +336,9 @@ items:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_applies_a_list() {
-    if !Path::new(KUBECTL).exists() {
-        eprintln!("SKIPPED: {KUBECTL} is not installed; kubectl compatibility is untested");
+    let Some(server) = server_for_kubectl().await else {
         return;
-    }
-    let server = TestApiServer::start(Options::default()).await.unwrap();
+    };
     let dir = server.kubeconfig_path().parent().unwrap().to_path_buf();
     let list = dir.join("list.yaml");
     std::fs::write(&list, LIST).unwrap();
@@ -376,11 +379,9 @@ async fn events_from_kube_rs_recorder_show_in_kubectl_get_events_and_describe() 
         runtime::events::{Event, EventType, Recorder, Reporter},
     };
 
-    if !Path::new(KUBECTL).exists() {
-        eprintln!("SKIPPED: {KUBECTL} is not installed; kubectl compatibility is untested");
+    let Some(server) = server_for_kubectl().await else {
         return;
-    }
-    let server = TestApiServer::start(Options::default()).await.unwrap();
+    };
     let client = server.client().await.unwrap();
     ok(
         &server,
@@ -516,11 +517,9 @@ spec: {minAvailable: 1, selector: {matchLabels: {app: web}}}
 /// writing the budget's status.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_drain_evicts_within_the_disruption_budget() {
-    if !Path::new(KUBECTL).exists() {
-        eprintln!("SKIPPED: {KUBECTL} is not installed; kubectl compatibility is untested");
+    let Some(server) = server_for_kubectl().await else {
         return;
-    }
-    let server = TestApiServer::start(Options::default()).await.unwrap();
+    };
     let file = server.kubeconfig_path().with_file_name("drained.yaml");
     std::fs::write(&file, DRAINED).unwrap();
     ok(&server, &["apply", "-f", file.to_str().unwrap()]).await;
@@ -538,22 +537,21 @@ async fn kubectl_drain_evicts_within_the_disruption_budget() {
         ];
         ok(&server, &args).await;
     }
-    let budget = |allowed: u8| {
-        format!(
-            r#"{{"status":{{"observedGeneration":1,"disruptionsAllowed":{allowed},"currentHealthy":2,"desiredHealthy":1,"expectedPods":2}}}}"#
-        )
+    // What the disruption controller would write: one disruption allowed.
+    let allow_one = || async {
+        let status = r#"{"status":{"observedGeneration":1,"disruptionsAllowed":1,"currentHealthy":2,"desiredHealthy":1,"expectedPods":2}}"#;
+        let args = [
+            "patch",
+            "pdb",
+            "web",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            status,
+        ];
+        ok(&server, &args).await;
     };
-    let status = budget(1);
-    let patch_budget = [
-        "patch",
-        "pdb",
-        "web",
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        &status,
-    ];
-    ok(&server, &patch_budget).await;
+    allow_one().await;
 
     let drain = ["drain", "n1", "--force", "--grace-period=0", "--timeout=6s"];
     let (success, stdout, stderr) = kubectl(&server, &drain).await;
@@ -582,17 +580,7 @@ async fn kubectl_drain_evicts_within_the_disruption_budget() {
     assert_eq!(node["spec"]["unschedulable"], true);
 
     // The controller would allow one more once the first is replaced.
-    let status = budget(1);
-    let patch_budget = [
-        "patch",
-        "pdb",
-        "web",
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        &status,
-    ];
-    ok(&server, &patch_budget).await;
+    allow_one().await;
     let drain = [
         "drain",
         "n1",
@@ -612,11 +600,9 @@ async fn kubectl_drain_evicts_within_the_disruption_budget() {
 /// Deployments as users make and scale them (protobuf create, `/scale`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_creates_and_scales_deployments() {
-    if !Path::new(KUBECTL).exists() {
-        eprintln!("SKIPPED: {KUBECTL} is not installed; kubectl compatibility is untested");
+    let Some(server) = server_for_kubectl().await else {
         return;
-    }
-    let server = TestApiServer::start(Options::default()).await.unwrap();
+    };
     let create = [
         "-n",
         "default",

@@ -18,6 +18,8 @@ use k8s_openapi::{
     },
 };
 
+use crate::pods::is_ready;
+
 pub mod run;
 
 pub const MANAGED_BY: &str = "endpointslice-controller.k8s.io";
@@ -76,15 +78,6 @@ pub fn has_endpoint(pod: &Pod) -> bool {
         _ => false,
     };
     !ip.is_empty() && ip.parse::<std::net::Ipv4Addr>().is_ok() && !terminal
-}
-
-fn is_ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .into_iter()
-        .flatten()
-        .any(|c| c.type_ == "Ready" && c.status == "True")
 }
 
 /// The pod's port for a Service port: a number as it is, a name looked up

@@ -12,10 +12,13 @@ pub mod deployments;
 pub mod endpointslices;
 pub mod expectations;
 pub mod gc;
+pub mod pods;
 pub mod quantity;
 pub mod replicasets;
 pub mod scheduler;
 pub mod selector;
+#[cfg(test)]
+mod testing;
 
 pub use cache::Caches;
 

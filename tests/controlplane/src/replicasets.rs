@@ -6,7 +6,10 @@ use k8s_openapi::{
     apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference},
 };
 
-use crate::selector::Selector;
+use crate::{
+    pods::{is_active, is_ready, ready_since},
+    selector::Selector,
+};
 
 pub mod run;
 
@@ -38,35 +41,13 @@ pub fn controller_of(meta: &ObjectMeta) -> Option<&OwnerReference> {
         .find(|o| o.controller == Some(true))
 }
 
-fn is_active(pod: &Pod) -> bool {
-    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-    pod.metadata.deletion_timestamp.is_none() && !matches!(phase, Some("Succeeded" | "Failed"))
-}
-
-pub fn is_ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .into_iter()
-        .flatten()
-        .any(|c| c.type_ == "Ready" && c.status == "True")
-}
-
 /// Ready for `min_ready` seconds by `now`.
 pub fn is_available(pod: &Pod, min_ready: i64, now: k8s_openapi::jiff::Timestamp) -> bool {
-    let since = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .into_iter()
-        .flatten()
-        .find(|c| c.type_ == "Ready" && c.status == "True")
-        .map(|c| c.last_transition_time.as_ref().map(|t| t.0));
-    match since {
+    match ready_since(pod) {
         None => false,
         Some(_) if min_ready <= 0 => true,
         Some(None) => false,
-        Some(Some(t)) => now.as_second() - t.as_second() >= min_ready,
+        Some(Some(t)) => now.as_second() - t.0.as_second() >= min_ready,
     }
 }
 
@@ -84,12 +65,6 @@ fn rank(pod: &Pod) -> impl Ord {
         Some("Unknown") => 1,
         _ => 2,
     };
-    let ready_since = status
-        .and_then(|s| s.conditions.as_ref())
-        .into_iter()
-        .flatten()
-        .find(|c| c.type_ == "Ready" && c.status == "True")
-        .and_then(|c| c.last_transition_time.clone());
     let restarts: i32 = status
         .and_then(|s| s.container_statuses.as_ref())
         .into_iter()
@@ -101,7 +76,7 @@ fn rank(pod: &Pod) -> impl Ord {
         phase,
         is_ready(pod),
         // Ready longer is worth more: an older timestamp sorts later.
-        std::cmp::Reverse(ready_since),
+        std::cmp::Reverse(ready_since(pod).flatten()),
         std::cmp::Reverse(restarts),
         std::cmp::Reverse(pod.metadata.creation_timestamp.clone()),
     )

@@ -5,6 +5,7 @@ use k8s_openapi::api::{
 use serde_json::{Value, json};
 
 use super::*;
+use crate::testing::merge;
 
 fn service(extra: Value) -> Service {
     let mut s = json!({
@@ -28,17 +29,6 @@ fn pod(name: &str, ip: &str, ready: bool, extra: Value) -> Pod {
     });
     merge(&mut p, extra);
     serde_json::from_value(p).unwrap()
-}
-
-fn merge(into: &mut Value, extra: Value) {
-    match (into, extra) {
-        (Value::Object(a), Value::Object(b)) => {
-            for (k, v) in b {
-                merge(a.entry(k).or_insert(Value::Null), v);
-            }
-        }
-        (slot, v) => *slot = v,
-    }
 }
 
 fn zones() -> BTreeMap<String, String> {

@@ -12,7 +12,10 @@ use kube::{
 use serde_json::json;
 
 use super::{Candidate, schedule};
-use crate::cache::Caches;
+use crate::{
+    cache::Caches,
+    pods::{is_active, is_terminal},
+};
 
 pub const NAME: &str = "default-scheduler";
 
@@ -25,16 +28,7 @@ pub fn is_pending(pod: &Pod) -> bool {
     let ours = spec
         .and_then(|s| s.scheduler_name.as_deref())
         .is_none_or(|n| n == NAME);
-    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-    unbound
-        && ours
-        && pod.metadata.deletion_timestamp.is_none()
-        && !matches!(phase, Some("Succeeded" | "Failed"))
-}
-
-fn is_active(pod: &Pod) -> bool {
-    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-    !matches!(phase, Some("Succeeded" | "Failed"))
+    unbound && ours && is_active(pod)
 }
 
 /// One pass: every pending pod, oldest first, against the nodes as they are
@@ -49,7 +43,7 @@ pub async fn sync(client: &Client, caches: &Caches, recorder: &Recorder) -> anyh
         .map(|(i, n)| (n.metadata.name.clone().unwrap_or_default(), i))
         .collect();
     let pods = caches.pods.state();
-    for p in pods.iter().filter(|p| is_active(p)) {
+    for p in pods.iter().filter(|p| !is_terminal(p)) {
         let node = p.spec.as_ref().and_then(|s| s.node_name.as_deref());
         if let Some(&i) = node.and_then(|n| index.get(n)) {
             candidates[i].assume(p);

@@ -2,6 +2,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use serde_json::{Value, json};
 
 use super::*;
+use crate::testing::merge;
 
 fn node(name: &str, extra: Value) -> Node {
     let mut n = json!({
@@ -23,17 +24,6 @@ fn pod(extra: Value) -> Pod {
     });
     merge(&mut p, extra);
     serde_json::from_value(p).unwrap()
-}
-
-fn merge(into: &mut Value, extra: Value) {
-    match (into, extra) {
-        (Value::Object(a), Value::Object(b)) => {
-            for (k, v) in b {
-                merge(a.entry(k).or_insert(Value::Null), v);
-            }
-        }
-        (slot, v) => *slot = v,
-    }
 }
 
 fn requesting(cpu: &str, memory: &str) -> Value {

@@ -70,15 +70,20 @@ fn server_back_at(
     }
 }
 
+/// An outage whose probe task answers from `back` on: the outage, the
+/// probe's call count and its task.
+fn probing(back: Instant) -> (Outage, Arc<AtomicUsize>, tokio::task::JoinHandle<()>) {
+    let outage = Outage::default();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let (o, f) = (outage.clone(), server_back_at(back, calls.clone()));
+    let probe = tokio::spawn(async move { o.probe(f).await });
+    (outage, calls, probe)
+}
+
 #[tokio::test(start_paused = true)]
 async fn every_watcher_resumes_within_a_probe_period_of_the_return() {
-    let outage = Outage::default();
     let back = Instant::now() + Duration::from_secs(30);
-    let calls = Arc::new(AtomicUsize::new(0));
-    let probe = {
-        let (o, f) = (outage.clone(), server_back_at(back, calls.clone()));
-        tokio::spawn(async move { o.probe(f).await })
-    };
+    let (outage, calls, probe) = probing(back);
     let watchers: Vec<_> = (0..3)
         .map(|_| {
             let mut retry = Retry::new(outage.clone());
@@ -110,11 +115,7 @@ async fn every_watcher_resumes_within_a_probe_period_of_the_return() {
 
 #[tokio::test(start_paused = true)]
 async fn an_answered_failure_keeps_its_backoff() {
-    let outage = Outage::default();
-    let calls = Arc::new(AtomicUsize::new(0));
-    let o = outage.clone();
-    let f = server_back_at(Instant::now(), calls.clone());
-    let probe = tokio::spawn(async move { o.probe(f).await });
+    let (outage, calls, probe) = probing(Instant::now());
     let mut retry = Retry::new(outage);
     let t0 = Instant::now();
     retry.failed(Failure::Answered).await;
@@ -129,12 +130,8 @@ async fn an_answered_failure_keeps_its_backoff() {
 
 #[tokio::test(start_paused = true)]
 async fn a_watcher_wakes_early_a_few_times_until_it_gets_an_event() {
-    let outage = Outage::default();
-    let calls = Arc::new(AtomicUsize::new(0));
-    let o = outage.clone();
     // /readyz answers all along, as when only the watches fail.
-    let f = server_back_at(Instant::now(), calls.clone());
-    let probe = tokio::spawn(async move { o.probe(f).await });
+    let (outage, _calls, probe) = probing(Instant::now());
     let mut retry = Retry::new(outage);
     let timed = async |retry: &mut Retry, f| {
         let t0 = Instant::now();
@@ -159,11 +156,7 @@ async fn a_watcher_wakes_early_a_few_times_until_it_gets_an_event() {
 
 #[tokio::test(start_paused = true)]
 async fn while_the_server_stays_away_a_watcher_sleeps_its_backoff() {
-    let outage = Outage::default();
-    let calls = Arc::new(AtomicUsize::new(0));
-    let o = outage.clone();
-    let f = server_back_at(Instant::now() + Duration::from_secs(3600), calls.clone());
-    let probe = tokio::spawn(async move { o.probe(f).await });
+    let (outage, calls, probe) = probing(Instant::now() + Duration::from_secs(3600));
     let mut retry = Retry::new(outage);
     let t0 = Instant::now();
     for _ in 0..3 {
