@@ -13,7 +13,7 @@ use tokio::sync::watch;
 
 use k8s_openapi::{
     api::{
-        apps::v1::{Deployment, ReplicaSet},
+        apps::v1::{DaemonSet, Deployment, ReplicaSet},
         core::v1::{Node, Pod, Service},
         discovery::v1::EndpointSlice,
     },
@@ -31,6 +31,7 @@ pub struct Caches {
     pub slices: Store<EndpointSlice>,
     pub replicasets: Store<ReplicaSet>,
     pub deployments: Store<Deployment>,
+    pub daemonsets: Store<DaemonSet>,
     changed: watch::Receiver<u64>,
 }
 
@@ -45,6 +46,7 @@ impl Caches {
             slices: reflect(Api::all(client.clone()), &tx, tasks),
             replicasets: reflect(Api::all(client.clone()), &tx, tasks),
             deployments: reflect(Api::all(client.clone()), &tx, tasks),
+            daemonsets: reflect(Api::all(client.clone()), &tx, tasks),
             changed,
         };
         // The writers live as long as the tasks: these cannot fail first.
@@ -54,6 +56,7 @@ impl Caches {
         let _ = caches.slices.wait_until_ready().await;
         let _ = caches.replicasets.wait_until_ready().await;
         let _ = caches.deployments.wait_until_ready().await;
+        let _ = caches.daemonsets.wait_until_ready().await;
         caches
     }
 

@@ -16,7 +16,14 @@ use kube::{
 use crate::cache::Caches;
 
 /// The owner kinds whose every live object is in the caches.
-pub const CACHED_OWNERS: &[&str] = &["Deployment", "ReplicaSet", "Service", "Node", "Pod"];
+pub const CACHED_OWNERS: &[&str] = &[
+    "DaemonSet",
+    "Deployment",
+    "ReplicaSet",
+    "Service",
+    "Node",
+    "Pod",
+];
 
 /// Whether every owner of `meta` is gone.
 pub fn is_orphaned(meta: &ObjectMeta, live: &HashSet<String>) -> bool {
@@ -38,16 +45,18 @@ pub async fn sync(client: &Client, caches: &Caches) -> anyhow::Result<()> {
         caches.replicasets.state(),
         caches.slices.state(),
     );
-    let (deployments, services, nodes) = (
+    let (deployments, services, nodes, daemonsets) = (
         caches.deployments.state(),
         caches.services.state(),
         caches.nodes.state(),
+        caches.daemonsets.state(),
     );
     let live: HashSet<String> = uids(&pods)
         .chain(uids(&rss))
         .chain(uids(&deployments))
         .chain(uids(&services))
         .chain(uids(&nodes))
+        .chain(uids(&daemonsets))
         .collect();
     let dp = DeleteParams {
         propagation_policy: Some(PropagationPolicy::Background),

@@ -8,6 +8,7 @@ use std::{future::Future, time::Duration};
 use kube::Client;
 
 pub mod cache;
+pub mod daemonsets;
 pub mod deployments;
 pub mod endpointslices;
 pub mod expectations;
@@ -66,6 +67,7 @@ impl ControlPlane {
         let caches = Caches::start(&client, &mut tasks).await;
         tasks.spawn(scheduler::run::run(client.clone(), caches.clone()));
         tasks.spawn(deployments::run::run(client.clone(), caches.clone()));
+        tasks.spawn(daemonsets::run::run(client.clone(), caches.clone()));
         tasks.spawn(replicasets::run::run(client.clone(), caches.clone()));
         tasks.spawn(gc::run(client.clone(), caches.clone()));
         tasks.spawn(endpointslices::run::run(client, caches));

@@ -5,7 +5,7 @@
 //! replicas spread. `run` binds what this decides.
 use std::{collections::BTreeMap, fmt};
 
-use k8s_openapi::api::core::v1::{Node, Pod, Taint, Toleration};
+use k8s_openapi::api::core::v1::{Node, NodeSelectorRequirement, Pod, PodSpec, Taint, Toleration};
 
 use crate::quantity;
 
@@ -135,7 +135,8 @@ impl fmt::Display for Unschedulable {
     }
 }
 
-fn tolerates(tolerations: &[Toleration], taint: &Taint) -> bool {
+/// Upstream's `ToleratesTaint`, over a pod's tolerations.
+pub fn tolerates(tolerations: &[Toleration], taint: &Taint) -> bool {
     tolerations.iter().any(|t| {
         let effect = t.effect.as_deref().unwrap_or_default();
         if !effect.is_empty() && effect != taint.effect {
@@ -183,10 +184,63 @@ fn taints(node: &Node) -> Vec<Taint> {
     out
 }
 
+/// `nodeSelector` and required node affinity (NodeAffinity's filter):
+/// terms are ORed, a term's expressions and fields ANDed; only
+/// `metadata.name` is a field, which DaemonSet pods are pinned with.
+pub fn selects_node(spec: &PodSpec, node: &Node) -> bool {
+    let labels = node.metadata.labels.clone().unwrap_or_default();
+    let selector = spec.node_selector.clone().unwrap_or_default();
+    if !selector.iter().all(|(k, v)| labels.get(k) == Some(v)) {
+        return false;
+    }
+    let required = spec
+        .affinity
+        .as_ref()
+        .and_then(|a| a.node_affinity.as_ref())
+        .and_then(|a| {
+            a.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        });
+    let Some(required) = required else {
+        return true;
+    };
+    let name = node.metadata.name.clone().unwrap_or_default();
+    let fields = BTreeMap::from([("metadata.name".to_string(), name)]);
+    required.node_selector_terms.iter().any(|term| {
+        let exprs = term.match_expressions.as_deref().unwrap_or_default();
+        let field_exprs = term.match_fields.as_deref().unwrap_or_default();
+        !(exprs.is_empty() && field_exprs.is_empty())
+            && exprs.iter().all(|e| requirement(e, &labels))
+            && field_exprs.iter().all(|e| requirement(e, &fields))
+    })
+}
+
+fn requirement(e: &NodeSelectorRequirement, values: &BTreeMap<String, String>) -> bool {
+    let have = values.get(&e.key);
+    let want = e.values.as_deref().unwrap_or_default();
+    let number = |s: &str| s.parse::<i64>().ok();
+    match e.operator.as_str() {
+        "In" => have.is_some_and(|v| want.contains(v)),
+        "NotIn" => have.is_none_or(|v| !want.contains(v)),
+        "Exists" => have.is_some(),
+        "DoesNotExist" => have.is_none(),
+        "Gt" | "Lt" => {
+            let (Some(h), Some(w)) = (
+                have.and_then(|v| number(v)),
+                want.first().and_then(|v| number(v)),
+            ) else {
+                return false;
+            };
+            if e.operator == "Gt" { h > w } else { h < w }
+        }
+        _ => false,
+    }
+}
+
 /// The first filter `c` fails for `pod`, as upstream words it.
 fn filter(pod: &Pod, want: Resources, c: &Candidate<'_>) -> Result<(), String> {
     let spec = pod.spec.clone().unwrap_or_default();
-    let tolerations = spec.tolerations.unwrap_or_default();
+    let tolerations = spec.tolerations.clone().unwrap_or_default();
     let unschedulable = c.node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true);
     let cordon = Taint {
         key: "node.kubernetes.io/unschedulable".into(),
@@ -206,13 +260,7 @@ fn filter(pod: &Pod, want: Resources, c: &Candidate<'_>) -> Result<(), String> {
             ));
         }
     }
-    let labels = c.node.metadata.labels.clone().unwrap_or_default();
-    let selected = spec
-        .node_selector
-        .unwrap_or_default()
-        .iter()
-        .all(|(k, v)| labels.get(k) == Some(v));
-    if !selected {
+    if !selects_node(&spec, c.node) {
         return Err("node(s) didn't match Pod's node affinity/selector".into());
     }
     let has = allocatable(c.node);

@@ -400,3 +400,102 @@ async fn deployments_scale_roll_and_are_collected() {
     .await;
     kubelets.abort();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemonset_runs_one_pod_per_node() {
+    use k8s_openapi::api::apps::v1::DaemonSet;
+
+    let server = TestApiServer::start(Options::default()).await.unwrap();
+    let client = server.client().await.unwrap();
+    register(&client, node("n1", "zone-a", json!({}))).await;
+    register(
+        &client,
+        node("n2", "zone-b", json!({"unschedulable": true})),
+    )
+    .await;
+    let _control_plane = ControlPlane::start(client.clone()).await;
+    let kubelets = fake_kubelets(client.clone());
+
+    let daemonsets: Api<DaemonSet> = Api::namespaced(client.clone(), "kube-system");
+    let ds: DaemonSet = serde_json::from_value(json!({
+        "metadata": {"name": "weir-agent", "namespace": "kube-system"},
+        "spec": {"selector": {"matchLabels": {"app": "weir-agent"}},
+                 "template": {"metadata": {"labels": {"app": "weir-agent"}},
+                              "spec": {"hostNetwork": true, "containers": [{"name": "agent", "image": "weir-agent:dev"}]}}},
+    }))
+    .unwrap();
+    daemonsets
+        .create(&PostParams::default(), &ds)
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "kube-system");
+    // The nodes each daemon pod is bound to, once all `n` are available.
+    let spread = |n: i32| {
+        let (daemonsets, pods) = (daemonsets.clone(), pods.clone());
+        move || {
+            let (daemonsets, pods) = (daemonsets.clone(), pods.clone());
+            async move {
+                let s = daemonsets.get("weir-agent").await.ok()?.status?;
+                if s.number_available != Some(n) || s.desired_number_scheduled != n {
+                    return None;
+                }
+                let list = pods.list(&ListParams::default()).await.ok()?.items;
+                let mut nodes: Vec<String> = list
+                    .iter()
+                    .filter(|p| p.metadata.deletion_timestamp.is_none())
+                    .filter_map(node_of)
+                    .collect();
+                nodes.sort();
+                (nodes.len() == n as usize).then_some(nodes)
+            }
+        }
+    };
+    // The cordoned node gets its daemon too (the controller tolerates it).
+    assert_eq!(
+        eventually("a daemon on each node", spread(2)).await,
+        ["n1", "n2"]
+    );
+
+    register(&client, node("n3", "zone-a", json!({}))).await;
+    assert_eq!(
+        eventually("a daemon on the new node", spread(3)).await,
+        ["n1", "n2", "n3"]
+    );
+
+    let victim = pods.list(&ListParams::default()).await.unwrap().items[0]
+        .metadata
+        .name
+        .clone()
+        .unwrap();
+    pods.delete(&victim, &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("the deleted daemon replaced", || async {
+        let nodes = spread(3)().await?;
+        let names: Vec<String> = pods
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .filter_map(|p| p.metadata.name)
+            .collect();
+        (nodes.len() == 3 && !names.contains(&victim)).then_some(())
+    })
+    .await;
+
+    daemonsets
+        .delete("weir-agent", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("daemons collected", || async {
+        pods.list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .is_empty()
+            .then_some(())
+    })
+    .await;
+    kubelets.abort();
+}

@@ -146,6 +146,37 @@ fn filters_and_their_messages() {
             Err("no nodes available to schedule pods"),
         ),
         (
+            "pinned by name, as DaemonSet pods are",
+            pod(
+                json!({"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["f"]}]}]}}}}}),
+            ),
+            vec![&zone_b, &small],
+            Ok("f"),
+        ),
+        (
+            "affinity terms are ORed, expressions ANDed",
+            pod(
+                json!({"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["c"]}]},
+                    {"matchExpressions": [{"key": "zone", "operator": "Exists"},
+                                          {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["f"]}]},
+                ]}}}}}),
+            ),
+            vec![&small, &zone_b],
+            Ok("e"),
+        ),
+        (
+            "no term matches",
+            pod(
+                json!({"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "DoesNotExist"}]}]}}}}}),
+            ),
+            vec![&zone_b],
+            Err("0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector."),
+        ),
+        (
             "the first failing filter counts, one reason per node",
             pod(json!({"spec": {"nodeSelector": {"zone": "b"}}})),
             vec![&cordoned, &tainted, &small],
