@@ -12,6 +12,36 @@ pub fn has_resources(pod: &Value) -> bool {
         })
 }
 
+/// The DefaultTolerationSeconds admission plugin, on by default upstream:
+/// a pod that does not tolerate a node being not-ready or unreachable gets
+/// 300 s of each, after which the node lifecycle controller evicts it.
+pub fn admit(pod: &mut Value) {
+    for key in [
+        "node.kubernetes.io/not-ready",
+        "node.kubernetes.io/unreachable",
+    ] {
+        let tolerated = pod["spec"]["tolerations"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|t| {
+                let effect = t["effect"].as_str().unwrap_or_default();
+                let t_key = t["key"].as_str().unwrap_or_default();
+                (effect.is_empty() || effect == "NoExecute")
+                    && (t_key == key || (t_key.is_empty() && t["operator"] == "Exists"))
+            });
+        if tolerated || !pod["spec"].is_object() {
+            continue;
+        }
+        if !pod["spec"]["tolerations"].is_array() {
+            pod["spec"]["tolerations"] = json!([]);
+        }
+        if let Some(list) = pod["spec"]["tolerations"].as_array_mut() {
+            list.push(json!({"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}));
+        }
+    }
+}
+
 pub fn defaults(pod: &mut Value) {
     if !pod["spec"].is_object() {
         return;

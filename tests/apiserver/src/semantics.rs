@@ -183,6 +183,7 @@ fn defaults_on_create(
         ("", "pods") => {
             pods::validate(res, name, obj)?;
             pods::defaults(obj);
+            pods::admit(obj);
             let qos = if pods::has_resources(obj) {
                 "Burstable"
             } else {

@@ -213,15 +213,36 @@ async fn pod_patches_of_every_type() {
     );
     assert_eq!(created.metadata.generation, Some(1));
 
+    // DefaultTolerationSeconds admitted two tolerations after the pod's own.
+    let mut tolerations = serde_json::to_value(created.spec.unwrap().tolerations).unwrap();
+    assert_eq!(
+        tolerations.as_array().unwrap()[1..],
+        [
+            json!({"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}),
+            json!({"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}),
+        ]
+    );
     // Strategic: containers merge by name, tolerations are atomic (a patch
     // lists them all; the pod may only gain tolerations).
+    let dropped =
+        Patch::Strategic(json!({"spec": {"tolerations": [{"key": "t1", "operator": "Exists"}]}}));
+    assert_eq!(
+        code(
+            pods.patch("p", &PatchParams::default(), &dropped)
+                .await
+                .unwrap_err()
+        ),
+        422
+    );
+    let all = tolerations.as_array_mut().unwrap();
+    all.push(json!({"key": "t2", "operator": "Exists"}));
     let p = pods
         .patch(
             "p",
             &PatchParams::default(),
             &Patch::Strategic(json!({"spec": {
                 "containers": [{"name": "a", "image": "nginx:2"}],
-                "tolerations": [{"key": "t1", "operator": "Exists"}, {"key": "t2", "operator": "Exists"}]
+                "tolerations": tolerations,
             }})),
         )
         .await
@@ -231,7 +252,7 @@ async fn pod_patches_of_every_type() {
     assert_eq!(spec.containers[0].image.as_deref(), Some("nginx:2"));
     assert_eq!(spec.containers[0].env.as_ref().unwrap().len(), 1);
     assert_eq!(spec.containers[1].name, "b");
-    assert_eq!(spec.tolerations.unwrap().len(), 2);
+    assert_eq!(spec.tolerations.unwrap().len(), 4);
     assert_eq!(p.metadata.generation, Some(2));
     // Other pod spec fields are immutable, as on a real server.
     let env = Patch::Strategic(
