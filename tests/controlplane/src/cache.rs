@@ -14,6 +14,7 @@ use tokio::sync::watch;
 use k8s_openapi::{
     api::{
         apps::v1::{DaemonSet, Deployment, ReplicaSet},
+        coordination::v1::Lease,
         core::v1::{Node, Pod, Service},
         discovery::v1::EndpointSlice,
     },
@@ -32,6 +33,8 @@ pub struct Caches {
     pub replicasets: Store<ReplicaSet>,
     pub deployments: Store<Deployment>,
     pub daemonsets: Store<DaemonSet>,
+    /// Node heartbeats (kube-node-lease).
+    pub leases: Store<Lease>,
     changed: watch::Receiver<u64>,
 }
 
@@ -47,6 +50,11 @@ impl Caches {
             replicasets: reflect(Api::all(client.clone()), &tx, tasks),
             deployments: reflect(Api::all(client.clone()), &tx, tasks),
             daemonsets: reflect(Api::all(client.clone()), &tx, tasks),
+            leases: reflect(
+                Api::namespaced(client.clone(), "kube-node-lease"),
+                &tx,
+                tasks,
+            ),
             changed,
         };
         // The writers live as long as the tasks: these cannot fail first.
@@ -57,6 +65,7 @@ impl Caches {
         let _ = caches.replicasets.wait_until_ready().await;
         let _ = caches.deployments.wait_until_ready().await;
         let _ = caches.daemonsets.wait_until_ready().await;
+        let _ = caches.leases.wait_until_ready().await;
         caches
     }
 

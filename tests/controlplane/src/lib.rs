@@ -13,6 +13,7 @@ pub mod deployments;
 pub mod endpointslices;
 pub mod expectations;
 pub mod gc;
+pub mod nodes;
 pub mod pods;
 pub mod quantity;
 pub mod replicasets;
@@ -32,7 +33,16 @@ const RETRY: Duration = Duration::from_secs(1);
 const DEBOUNCE: Duration = Duration::from_millis(20);
 
 /// Runs `sync` on every change until the task is dropped.
-pub async fn control_loop<F, Fut>(name: &str, caches: Caches, mut sync: F)
+pub async fn control_loop<F, Fut>(name: &str, caches: Caches, sync: F)
+where
+    F: FnMut(Caches) -> Fut,
+    Fut: Future<Output = anyhow::Result<()>>,
+{
+    control_loop_every(name, caches, RESYNC, sync).await;
+}
+
+/// [`control_loop`], also run `resync` after a pass with nothing new.
+pub async fn control_loop_every<F, Fut>(name: &str, caches: Caches, resync: Duration, mut sync: F)
 where
     F: FnMut(Caches) -> Fut,
     Fut: Future<Output = anyhow::Result<()>>,
@@ -40,10 +50,10 @@ where
     let mut changes = caches.changes();
     loop {
         let wait = match sync(caches.clone()).await {
-            Ok(()) => RESYNC,
+            Ok(()) => resync,
             Err(e) => {
                 tracing::warn!("{name}: {e:#}");
-                RETRY
+                RETRY.min(resync)
             }
         };
         tokio::select! {
@@ -55,6 +65,25 @@ where
     }
 }
 
+/// Timing of the node lifecycle controller, as kube-controller-manager's
+/// flags of the same names.
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    /// How long a silent kubelet's node stays Ready (40 s upstream).
+    pub node_monitor_grace_period: Duration,
+    /// How often nodes are checked without any change (5 s upstream).
+    pub node_monitor_period: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            node_monitor_grace_period: Duration::from_secs(40),
+            node_monitor_period: Duration::from_secs(5),
+        }
+    }
+}
+
 /// The running control plane; dropping it stops every controller.
 pub struct ControlPlane {
     _tasks: tokio::task::JoinSet<()>,
@@ -63,6 +92,10 @@ pub struct ControlPlane {
 impl ControlPlane {
     /// Lists everything, then starts the controllers.
     pub async fn start(client: Client) -> Self {
+        Self::start_with(client, Options::default()).await
+    }
+
+    pub async fn start_with(client: Client, options: Options) -> Self {
         let mut tasks = tokio::task::JoinSet::new();
         let caches = Caches::start(&client, &mut tasks).await;
         tasks.spawn(scheduler::run::run(client.clone(), caches.clone()));
@@ -70,6 +103,12 @@ impl ControlPlane {
         tasks.spawn(daemonsets::run::run(client.clone(), caches.clone()));
         tasks.spawn(replicasets::run::run(client.clone(), caches.clone()));
         tasks.spawn(gc::run(client.clone(), caches.clone()));
+        tasks.spawn(nodes::run::run(
+            client.clone(),
+            caches.clone(),
+            options.node_monitor_grace_period,
+            options.node_monitor_period,
+        ));
         tasks.spawn(endpointslices::run::run(client, caches));
         ControlPlane { _tasks: tasks }
     }

@@ -1,11 +1,11 @@
 //! `weir-test-controlplane --kubeconfig FILE`: the scheduler and controllers
 //! against that API server, until SIGINT or SIGTERM.
-use std::path::PathBuf;
+use std::{path::PathBuf, time::Duration};
 
 use anyhow::Context as _;
 use clap::Parser;
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use weir_test_controlplane::ControlPlane;
+use weir_test_controlplane::{ControlPlane, Options};
 
 #[derive(Parser)]
 #[command(
@@ -16,6 +16,12 @@ struct Cli {
     /// The API server's kubeconfig.
     #[arg(long)]
     kubeconfig: PathBuf,
+    /// Seconds a node's kubelet may stay silent before the node is Unknown.
+    #[arg(long, default_value_t = 40.0)]
+    node_monitor_grace_period: f64,
+    /// Seconds between node checks when nothing changes.
+    #[arg(long, default_value_t = 5.0)]
+    node_monitor_period: f64,
 }
 
 #[tokio::main]
@@ -31,7 +37,17 @@ async fn main() -> anyhow::Result<()> {
         .await
         .context("loading the kubeconfig")?;
     let client = kube::Client::try_from(config).context("building the client")?;
-    let _running = ControlPlane::start(client).await;
+    let seconds = |s: f64, flag: &str| {
+        Duration::try_from_secs_f64(s).with_context(|| format!("--{flag}: not a duration: {s}"))
+    };
+    let options = Options {
+        node_monitor_grace_period: seconds(
+            cli.node_monitor_grace_period,
+            "node-monitor-grace-period",
+        )?,
+        node_monitor_period: seconds(cli.node_monitor_period, "node-monitor-period")?,
+    };
+    let _running = ControlPlane::start_with(client, options).await;
     eprintln!("weir-test-controlplane: running");
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
