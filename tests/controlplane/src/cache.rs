@@ -17,6 +17,7 @@ use k8s_openapi::{
         coordination::v1::Lease,
         core::v1::{Node, Pod, Service},
         discovery::v1::EndpointSlice,
+        policy::v1::PodDisruptionBudget,
     },
     serde::de::DeserializeOwned,
 };
@@ -33,6 +34,7 @@ pub struct Caches {
     pub replicasets: Store<ReplicaSet>,
     pub deployments: Store<Deployment>,
     pub daemonsets: Store<DaemonSet>,
+    pub budgets: Store<PodDisruptionBudget>,
     /// Node heartbeats (kube-node-lease).
     pub leases: Store<Lease>,
     changed: watch::Receiver<u64>,
@@ -50,6 +52,7 @@ impl Caches {
             replicasets: reflect(Api::all(client.clone()), &tx, tasks),
             deployments: reflect(Api::all(client.clone()), &tx, tasks),
             daemonsets: reflect(Api::all(client.clone()), &tx, tasks),
+            budgets: reflect(Api::all(client.clone()), &tx, tasks),
             leases: reflect(
                 Api::namespaced(client.clone(), "kube-node-lease"),
                 &tx,
@@ -66,6 +69,7 @@ impl Caches {
         let _ = caches.deployments.wait_until_ready().await;
         let _ = caches.daemonsets.wait_until_ready().await;
         let _ = caches.leases.wait_until_ready().await;
+        let _ = caches.budgets.wait_until_ready().await;
         caches
     }
 

@@ -10,6 +10,7 @@ use kube::Client;
 pub mod cache;
 pub mod daemonsets;
 pub mod deployments;
+pub mod disruption;
 pub mod endpointslices;
 pub mod expectations;
 pub mod gc;
@@ -103,6 +104,7 @@ impl ControlPlane {
         tasks.spawn(daemonsets::run::run(client.clone(), caches.clone()));
         tasks.spawn(replicasets::run::run(client.clone(), caches.clone()));
         tasks.spawn(gc::run(client.clone(), caches.clone()));
+        tasks.spawn(disruption::run::run(client.clone(), caches.clone()));
         tasks.spawn(nodes::run::run(
             client.clone(),
             caches.clone(),
