@@ -60,6 +60,44 @@ impl Expectations {
     }
 }
 
+impl Expectations {
+    /// [`Self::satisfied`] against the pods an owner's pass sees.
+    pub fn satisfied_by(&mut self, owner: &str, pods: &[&k8s_openapi::api::core::v1::Pod]) -> bool {
+        let find = |name: &str| {
+            pods.iter()
+                .find(|p| p.metadata.name.as_deref() == Some(name))
+        };
+        self.satisfied(
+            owner,
+            |n| find(n).is_some(),
+            |n| find(n).is_some_and(|p| p.metadata.deletion_timestamp.is_none()),
+        )
+    }
+}
+
+/// Creates and deletes an owner's pods, expecting each write to be seen.
+pub async fn write_pods(
+    api: &kube::Api<k8s_openapi::api::core::v1::Pod>,
+    expect: &std::sync::Mutex<Expectations>,
+    owner: &str,
+    create: impl IntoIterator<Item = k8s_openapi::api::core::v1::Pod>,
+    delete: &[String],
+) -> anyhow::Result<()> {
+    let lock = || expect.lock().unwrap_or_else(|e| e.into_inner());
+    for pod in create {
+        let created = api.create(&Default::default(), &pod).await?;
+        lock().created(owner, &created.metadata.name.unwrap_or_default());
+    }
+    for name in delete {
+        match api.delete(name, &Default::default()).await {
+            Ok(_) => lock().deleted(owner, name),
+            Err(kube::Error::Api(e)) if e.is_not_found() => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,38 +2,21 @@
 //! status as evictions through the Eviction API spend and restore it.
 mod common;
 
-use common::{fake_kubelets, node, register};
-use k8s_openapi::api::{apps::v1::Deployment, core::v1::Pod, policy::v1::PodDisruptionBudget};
+use common::{cluster, deployment, fake_kubelets};
+use k8s_openapi::api::{core::v1::Pod, policy::v1::PodDisruptionBudget};
 use kube::{
     Api,
     api::{EvictParams, ListParams, PostParams},
     config::{KubeConfigOptions, Kubeconfig},
 };
 use serde_json::json;
-use weir_test_apiserver::{Options, TestApiServer, eventually};
-use weir_test_controlplane::ControlPlane;
+use weir_test_apiserver::eventually;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_budget_lets_evictions_through_one_at_a_time() {
-    let server = TestApiServer::start(Options::default()).await.unwrap();
-    let client = server.client().await.unwrap();
-    register(&client, node("n1", "zone-a", json!({}))).await;
-    register(&client, node("n2", "zone-b", json!({}))).await;
-    let _control_plane = ControlPlane::start(client.clone()).await;
+    let (server, client, _control_plane) = cluster(&["n1", "n2"], Default::default()).await;
     let kubelets = fake_kubelets(server.client().await.unwrap(), &["n1", "n2"]);
-
-    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
-    let d: Deployment = serde_json::from_value(json!({
-        "metadata": {"name": "web", "namespace": "default"},
-        "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"}},
-                 "template": {"metadata": {"labels": {"app": "web"}},
-                              "spec": {"containers": [{"name": "web", "image": "busybox:1"}]}}},
-    }))
-    .unwrap();
-    deployments
-        .create(&PostParams::default(), &d)
-        .await
-        .unwrap();
+    deployment(&client, 3, json!({})).await;
     let budgets: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), "default");
     let pdb: PodDisruptionBudget = serde_json::from_value(json!({
         "metadata": {"name": "web", "namespace": "default"},

@@ -2,15 +2,11 @@
 //! stand-in kubelets that can go silent.
 mod common;
 
-use common::{endpoints, fake_kubelets, node, node_of, register};
-use k8s_openapi::api::core::v1::{Node, Pod, Service};
-use kube::{
-    Api,
-    api::{ListParams, PostParams},
-};
+use common::{cluster, deployment, endpoints, fake_kubelets, node_of, service};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::{Api, api::ListParams};
 use serde_json::json;
-use weir_test_apiserver::{Options, TestApiServer, eventually};
-use weir_test_controlplane::ControlPlane;
+use weir_test_apiserver::eventually;
 
 /// Drill 4 in miniature: a node's kubelet goes silent; the node turns
 /// Unknown after the grace period, its pod leaves the ready endpoints, is
@@ -19,43 +15,19 @@ use weir_test_controlplane::ControlPlane;
 async fn a_silent_node_is_marked_unknown_and_its_pods_move() {
     use std::time::{Duration, Instant};
 
-    use k8s_openapi::api::apps::v1::Deployment;
     use weir_test_controlplane::Options as ControlPlaneOptions;
 
-    let server = TestApiServer::start(Options::default()).await.unwrap();
-    let client = server.client().await.unwrap();
-    register(&client, node("n1", "zone-a", json!({}))).await;
-    register(&client, node("n2", "zone-b", json!({}))).await;
     let grace = Duration::from_secs(2);
     let options = ControlPlaneOptions {
         node_monitor_grace_period: grace,
         node_monitor_period: Duration::from_millis(100),
     };
-    let _control_plane = ControlPlane::start_with(client.clone(), options).await;
+    let (_server, client, _control_plane) = cluster(&["n1", "n2"], options).await;
     let both = fake_kubelets(client.clone(), &["n1", "n2"]);
-
-    let services: Api<Service> = Api::namespaced(client.clone(), "default");
-    let svc: Service = serde_json::from_value(json!({
-        "metadata": {"name": "web", "namespace": "default"},
-        "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]},
-    }))
-    .unwrap();
-    services.create(&PostParams::default(), &svc).await.unwrap();
-    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
+    service(&client).await;
     let tolerate_1s = json!([{"key": "node.kubernetes.io/unreachable", "operator": "Exists",
                               "effect": "NoExecute", "tolerationSeconds": 1}]);
-    let d: Deployment = serde_json::from_value(json!({
-        "metadata": {"name": "web", "namespace": "default"},
-        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}},
-                 "template": {"metadata": {"labels": {"app": "web"}},
-                              "spec": {"tolerations": tolerate_1s,
-                                       "containers": [{"name": "web", "image": "busybox:1"}]}}},
-    }))
-    .unwrap();
-    deployments
-        .create(&PostParams::default(), &d)
-        .await
-        .unwrap();
+    deployment(&client, 2, json!({"tolerations": tolerate_1s})).await;
     let ready_on = || async {
         let mut nodes: Vec<String> = endpoints(&client, "web")
             .await

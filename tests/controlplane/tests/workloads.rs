@@ -2,47 +2,24 @@
 //! garbage collector against the test API server, with stand-in kubelets.
 mod common;
 
-use common::{endpoints, fake_kubelets, node, node_of, register};
-use k8s_openapi::api::core::v1::{Pod, Service};
+use common::{cluster, deployment, endpoints, fake_kubelets, node, node_of, register, service};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::{
     Api,
     api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
 };
 use serde_json::json;
-use weir_test_apiserver::{Options, TestApiServer, eventually};
-use weir_test_controlplane::ControlPlane;
+use weir_test_apiserver::eventually;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deployments_scale_roll_and_are_collected() {
     use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 
-    let server = TestApiServer::start(Options::default()).await.unwrap();
-    let client = server.client().await.unwrap();
-    register(&client, node("n1", "zone-a", json!({}))).await;
-    register(&client, node("n2", "zone-b", json!({}))).await;
-    let _control_plane = ControlPlane::start(client.clone()).await;
-    let kubelets = fake_kubelets(client.clone(), &["n1", "n2", "n3"]);
-
-    let services: Api<Service> = Api::namespaced(client.clone(), "default");
-    let svc: Service = serde_json::from_value(json!({
-        "metadata": {"name": "web", "namespace": "default"},
-        "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]},
-    }))
-    .unwrap();
-    services.create(&PostParams::default(), &svc).await.unwrap();
+    let (_server, client, _control_plane) = cluster(&["n1", "n2"], Default::default()).await;
+    let kubelets = fake_kubelets(client.clone(), &["n1", "n2"]);
+    service(&client).await;
+    deployment(&client, 3, json!({})).await;
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
-    let d: Deployment = serde_json::from_value(json!({
-        "metadata": {"name": "web", "namespace": "default"},
-        "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"}},
-                 "template": {"metadata": {"labels": {"app": "web"}},
-                              "spec": {"containers": [{"name": "web", "image": "busybox:1"}]}}},
-    }))
-    .unwrap();
-    deployments
-        .create(&PostParams::default(), &d)
-        .await
-        .unwrap();
-
     let available = |n: i32| {
         let deployments = deployments.clone();
         move || {
@@ -127,15 +104,13 @@ async fn deployments_scale_roll_and_are_collected() {
 async fn a_daemonset_runs_one_pod_per_node() {
     use k8s_openapi::api::apps::v1::DaemonSet;
 
-    let server = TestApiServer::start(Options::default()).await.unwrap();
-    let client = server.client().await.unwrap();
-    register(&client, node("n1", "zone-a", json!({}))).await;
-    register(
-        &client,
-        node("n2", "zone-b", json!({"unschedulable": true})),
-    )
-    .await;
-    let _control_plane = ControlPlane::start(client.clone()).await;
+    let (_server, client, _control_plane) = cluster(&["n1", "n2"], Default::default()).await;
+    let cordon = json!({"spec": {"unschedulable": true}});
+    let nodes: Api<Node> = Api::all(client.clone());
+    nodes
+        .patch("n2", &PatchParams::default(), &Patch::Merge(cordon))
+        .await
+        .unwrap();
     let kubelets = fake_kubelets(client.clone(), &["n1", "n2", "n3"]);
 
     let daemonsets: Api<DaemonSet> = Api::namespaced(client.clone(), "kube-system");

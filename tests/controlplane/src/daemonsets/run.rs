@@ -10,12 +10,16 @@ use k8s_openapi::{
 };
 use kube::{
     Api, Client,
-    api::{DeleteParams, Patch, PatchParams, PostParams},
+    api::{Patch, PatchParams},
 };
 use serde_json::json;
 
 use super::{Decision, decide, pod_for};
-use crate::{cache::Caches, expectations::Expectations, replicasets::controller_of};
+use crate::{
+    cache::Caches,
+    expectations::{Expectations, write_pods},
+    replicasets::controller_of,
+};
 
 pub async fn sync(
     client: &Client,
@@ -32,16 +36,10 @@ pub async fn sync(
             .map(AsRef::as_ref)
             .filter(|p| controller_of(&p.metadata).is_some_and(|o| o.uid == uid))
             .collect();
-        let find = |name: &str| {
-            all_owned
-                .iter()
-                .find(|p| p.metadata.name.as_deref() == Some(name))
-        };
-        let ready = expect.lock().unwrap_or_else(|e| e.into_inner()).satisfied(
-            &uid,
-            |n| find(n).is_some(),
-            |n| find(n).is_some_and(|p| p.metadata.deletion_timestamp.is_none()),
-        );
+        let ready = expect
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .satisfied_by(&uid, &all_owned);
         if !ready || ds.metadata.deletion_timestamp.is_some() {
             continue;
         }
@@ -64,20 +62,8 @@ async fn act(
 ) -> anyhow::Result<()> {
     let ns = ds.metadata.namespace.clone().unwrap_or_default();
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    let lock = || expect.lock().unwrap_or_else(|e| e.into_inner());
-    for node in &d.create {
-        let created = pods
-            .create(&PostParams::default(), &pod_for(ds, node))
-            .await?;
-        lock().created(uid, &created.metadata.name.unwrap_or_default());
-    }
-    for name in &d.delete {
-        match pods.delete(name, &DeleteParams::default()).await {
-            Ok(_) => lock().deleted(uid, name),
-            Err(kube::Error::Api(e)) if e.is_not_found() => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
+    let creates: Vec<Pod> = d.create.iter().map(|node| pod_for(ds, node)).collect();
+    write_pods(&pods, expect, uid, creates, &d.delete).await?;
     let s = &d.status;
     let c = ds.status.clone().unwrap_or_default();
     let same = c.desired_number_scheduled == s.desired

@@ -7,12 +7,15 @@ use k8s_openapi::{
 };
 use kube::{
     Api, Client,
-    api::{DeleteParams, Patch, PatchParams, PostParams},
+    api::{Patch, PatchParams},
 };
 use serde_json::json;
 
 use super::{Decision, decide, owner, pod_for};
-use crate::{cache::Caches, expectations::Expectations};
+use crate::{
+    cache::Caches,
+    expectations::{Expectations, write_pods},
+};
 
 pub async fn sync(
     client: &Client,
@@ -29,15 +32,10 @@ pub async fn sync(
             .map(AsRef::as_ref)
             .filter(|p| p.metadata.namespace.as_deref() == Some(ns.as_str()))
             .collect();
-        let find = |name: &str| {
-            here.iter()
-                .find(|p| p.metadata.name.as_deref() == Some(name))
-        };
-        let ready = expect.lock().unwrap_or_else(|e| e.into_inner()).satisfied(
-            &uid,
-            |n| find(n).is_some(),
-            |n| find(n).is_some_and(|p| p.metadata.deletion_timestamp.is_none()),
-        );
+        let ready = expect
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .satisfied_by(&uid, &here);
         if !ready {
             continue;
         }
@@ -62,24 +60,8 @@ async fn act(
         pods.patch(name, &PatchParams::default(), &Patch::Merge(patch))
             .await?;
     }
-    for _ in 0..d.create {
-        let created = pods.create(&PostParams::default(), &pod_for(rs)).await?;
-        let name = created.metadata.name.unwrap_or_default();
-        expect
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .created(uid, &name);
-    }
-    for name in &d.delete {
-        match pods.delete(name, &DeleteParams::default()).await {
-            Ok(_) => expect
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .deleted(uid, name),
-            Err(kube::Error::Api(e)) if e.is_not_found() => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
+    let creates: Vec<Pod> = (0..d.create).map(|_| pod_for(rs)).collect();
+    write_pods(&pods, expect, uid, creates, &d.delete).await?;
     let s = &d.status;
     let unchanged = rs.status.as_ref().is_some_and(|c| {
         c.replicas == s.replicas

@@ -12,6 +12,53 @@ use kube::{
     api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
 };
 use serde_json::{Value, json};
+use weir_test_apiserver::{Options, TestApiServer};
+use weir_test_controlplane::{ControlPlane, Options as ControlPlaneOptions};
+
+/// A test API server with `nodes` registered (zones alternate a, b) and the
+/// control plane running against it.
+pub async fn cluster(
+    nodes: &[&str],
+    options: ControlPlaneOptions,
+) -> (TestApiServer, Client, ControlPlane) {
+    let server = TestApiServer::start(Options::default()).await.unwrap();
+    let client = server.client().await.unwrap();
+    for (i, n) in nodes.iter().enumerate() {
+        let zone = if i % 2 == 0 { "zone-a" } else { "zone-b" };
+        register(&client, node(n, zone, json!({}))).await;
+    }
+    let control_plane = ControlPlane::start_with(client.clone(), options).await;
+    (server, client, control_plane)
+}
+
+/// Deployment `web` (pods labelled app=web, image busybox:1), with `spec`
+/// merged into its pod spec, created.
+pub async fn deployment(client: &Client, replicas: i32, pod_spec: Value) {
+    let mut spec = json!({"containers": [{"name": "web", "image": "busybox:1"}]});
+    if let (Some(s), Some(extra)) = (spec.as_object_mut(), pod_spec.as_object()) {
+        s.extend(extra.clone());
+    }
+    let d: k8s_openapi::api::apps::v1::Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "web"}},
+                 "template": {"metadata": {"labels": {"app": "web"}}, "spec": spec}},
+    }))
+    .unwrap();
+    let api: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(client.clone(), "default");
+    api.create(&PostParams::default(), &d).await.unwrap();
+}
+
+/// Service `web` selecting app=web, port 80 to 8080.
+pub async fn service(client: &Client) {
+    let svc: k8s_openapi::api::core::v1::Service = serde_json::from_value(json!({
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]},
+    }))
+    .unwrap();
+    let api: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(client.clone(), "default");
+    api.create(&PostParams::default(), &svc).await.unwrap();
+}
 
 pub fn node(name: &str, zone: &str, extra: Value) -> Node {
     let mut n = json!({
