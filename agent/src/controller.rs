@@ -15,12 +15,12 @@ use crate::hash::{HashMap, HashSet};
 use crate::{
     healthcheck::HealthChecks,
     maps::LbMaps,
-    model::{Protocol, Scope, ServiceId},
+    model::{Protocol, Scope, ServiceId, SliceId},
     reconciler::{ReconcileError, Reconciler},
     report::{Reason, Report, Reports, Stage},
     sockdestroy::{SocketReaper, UdpPair},
     source::SourceMsg,
-    store::{DesiredService, Rejected, Store, StoreError},
+    store::{Change, DesiredService, NoLocalEndpoints, Rejected, Store, StoreError},
     telemetry::{
         Health, Metrics,
         metrics::{KindLabel, MapLabel, ReasonLabel},
@@ -97,6 +97,14 @@ pub struct Controller<M> {
     /// that moves from a deleted Service to a new one in one batch keeps
     /// its sockets to the backends both have.
     udp_refs: HashMap<UdpPair, usize>,
+    /// Services and slices changed since the last sync that left nothing
+    /// held back (kube-proxy's pending changes).
+    pending_services: HashSet<ServiceId>,
+    pending_slices: HashSet<SliceId>,
+    /// Each Service's ports without a local endpoint under a Local policy,
+    /// and their sum, kept as Services sync rather than recounted.
+    no_local: HashMap<ServiceId, NoLocalEndpoints>,
+    no_local_sum: NoLocalEndpoints,
     hooks: Hooks,
 }
 
@@ -119,6 +127,10 @@ impl<M: LbMaps> Controller<M> {
             health_checked: HashSet::default(),
             udp_pairs: HashMap::default(),
             udp_refs: HashMap::default(),
+            pending_services: HashSet::default(),
+            pending_slices: HashSet::default(),
+            no_local: HashMap::default(),
+            no_local_sum: NoLocalEndpoints::default(),
             hooks,
         };
         this.publish_gauges();
@@ -194,8 +206,12 @@ impl<M: LbMaps> Controller<M> {
             SourceMsg::Changes(changes) => {
                 self.hooks.health.queued();
                 for c in changes {
+                    self.count_change(&c);
                     self.store.apply(c, dirty);
                 }
+                let kp = &self.hooks.metrics.kube_proxy;
+                kp.last_queued.set(unix_now());
+                self.publish_pending();
             }
             SourceMsg::Triggers(triggers) => {
                 for (id, t) in triggers {
@@ -287,13 +303,14 @@ impl<M: LbMaps> Controller<M> {
             self.initial_ops += ops;
         }
         let m = &self.hooks.metrics;
-        m.sync_duration.observe(start.elapsed().as_secs_f64());
+        m.observe_sync(start.elapsed().as_secs_f64(), !self.synced);
         m.map_ops.inc_by(ops as u64);
-        m.last_sync.set(
-            SystemTime::now()
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .map_or(0.0, |d| d.as_secs_f64()),
-        );
+        m.last_sync.set(unix_now());
+        if self.held.is_empty() {
+            self.pending_services.clear();
+            self.pending_slices.clear();
+        }
+        self.publish_pending();
         self.publish_gauges();
         debug!(
             services = n,
@@ -323,6 +340,7 @@ impl<M: LbMaps> Controller<M> {
                 DesiredService::default()
             }
         };
+        self.set_no_local(id, desired.no_local);
         match self.reconciler.sync_service(id, &desired.frontends) {
             Ok(done) => {
                 self.failed.remove(id);
@@ -542,8 +560,61 @@ impl<M: LbMaps> Controller<M> {
         }
     }
 
+    /// kube-proxy counts every Service and EndpointSlice event it is
+    /// handed, changed or not.
+    fn count_change(&mut self, c: &Change) {
+        let kp = &self.hooks.metrics.kube_proxy;
+        match c {
+            Change::UpsertService(spec) => {
+                kp.service_changes.inc();
+                self.pending_services.insert(spec.id.clone());
+            }
+            Change::DeleteService(id) => {
+                kp.service_changes.inc();
+                self.pending_services.insert(id.clone());
+            }
+            Change::UpsertSlice(spec) => {
+                kp.endpoint_changes.inc();
+                self.pending_slices.insert(spec.id.clone());
+            }
+            Change::DeleteSlice(id) => {
+                kp.endpoint_changes.inc();
+                self.pending_slices.insert(id.clone());
+            }
+            Change::Node(_) | Change::NodeAddresses(_) => {}
+        }
+    }
+
+    fn publish_pending(&self) {
+        let kp = &self.hooks.metrics.kube_proxy;
+        let n = |len: usize| i64::try_from(len).unwrap_or(i64::MAX);
+        kp.service_changes_pending
+            .set(n(self.pending_services.len()));
+        kp.endpoint_changes_pending
+            .set(n(self.pending_slices.len()));
+    }
+
+    fn set_no_local(&mut self, id: &ServiceId, now: NoLocalEndpoints) {
+        let before = if now == NoLocalEndpoints::default() {
+            self.no_local.remove(id)
+        } else {
+            self.no_local.insert(id.clone(), now)
+        }
+        .unwrap_or_default();
+        if before == now {
+            return;
+        }
+        let sum = &mut self.no_local_sum;
+        sum.internal = sum.internal - before.internal + now.internal;
+        sum.external = sum.external - before.external + now.external;
+    }
+
     fn publish_gauges(&self) {
         let m = &self.hooks.metrics;
+        m.kube_proxy.set_no_local_endpoints(
+            self.no_local_sum.internal as usize,
+            self.no_local_sum.external as usize,
+        );
         m.services
             .set(i64::try_from(self.store.service_count()).unwrap_or(i64::MAX));
         m.frontends
@@ -555,6 +626,12 @@ impl<M: LbMaps> Controller<M> {
             m.set_map_usage(map, used, cap);
         }
     }
+}
+
+fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 fn reason(e: &ReconcileError) -> Reason {

@@ -231,6 +231,7 @@ async fn run_async(args: RunArgs, node: String) -> Result<()> {
             let conn = Connection {
                 kubeconfig: args.kubeconfig.clone(),
                 api_server: args.k8s_api_server.clone(),
+                metrics: Some(metrics.rest_client.clone()),
             };
             let client = conn
                 .client()

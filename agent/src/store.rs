@@ -11,7 +11,7 @@ mod frontends;
 
 use std::{collections::BTreeSet, net::IpAddr, ops::RangeInclusive, sync::Arc};
 
-pub use frontends::{DesiredService, HealthCheck};
+pub use frontends::{DesiredService, HealthCheck, NoLocalEndpoints};
 
 use crate::hash::HashMap;
 use crate::model::{

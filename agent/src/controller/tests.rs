@@ -552,3 +552,73 @@ async fn a_cold_start_programs_services_whose_slices_came_and_a_restart_waits() 
     .await;
     assert_eq!(warm.reconciler.maps().log.len(), before, "nothing written");
 }
+
+#[test]
+fn kube_proxy_counts_changes_pending_ones_and_local_policies_without_endpoints() {
+    use crate::model::TrafficPolicy;
+    let mut ctl = controller(Reports::none());
+    let mut changes = with_backends("itp", [10, 96, 0, 8], 2);
+    if let Change::UpsertService(spec) = &mut changes[0] {
+        Arc::make_mut(spec).internal_policy = TrafficPolicy::Local;
+    }
+    let mut etp = node_port_svc("etp", [10, 96, 0, 9], 30080);
+    etp.external_policy = TrafficPolicy::Local;
+    changes.push(Change::service(etp));
+    let mut dirty = BTreeSet::new();
+    ctl.handle(SourceMsg::Changes(changes), &mut dirty);
+    let text = ctl.hooks.metrics.encode();
+    for line in [
+        "kubeproxy_sync_proxy_rules_service_changes_total 2",
+        "kubeproxy_sync_proxy_rules_endpoint_changes_total 1",
+        "kubeproxy_sync_proxy_rules_service_changes_pending 2",
+        "kubeproxy_sync_proxy_rules_endpoint_changes_pending 1",
+    ] {
+        assert!(text.contains(line), "{line} missing from:\n{text}");
+    }
+
+    ctl.handle(SourceMsg::Synced { complete: true }, &mut dirty);
+    let text = ctl.hooks.metrics.encode();
+    for line in [
+        "kubeproxy_sync_proxy_rules_service_changes_pending 0",
+        "kubeproxy_sync_proxy_rules_endpoint_changes_pending 0",
+        // Both of itp's endpoints are on other nodes; etp has none at all.
+        "kubeproxy_sync_proxy_rules_no_local_endpoints_total{traffic_policy=\"internal\"} 1",
+        "kubeproxy_sync_proxy_rules_no_local_endpoints_total{traffic_policy=\"external\"} 1",
+        "kubeproxy_sync_full_proxy_rules_duration_seconds_count 1",
+    ] {
+        assert!(text.contains(line), "{line} missing from:\n{text}");
+    }
+
+    // One of itp's endpoints moves here; etp goes.
+    let mut dirty = BTreeSet::new();
+    let mut here = EndpointSpec::ready(IpAddr::from([10, 0, 8, 1]));
+    here.edit_meta(|m| m.node_name = Some("n".into()));
+    let slice = SliceSpec {
+        id: SliceId::new("default", "itp-1"),
+        service: ServiceId::new("default", "itp"),
+        family: IpFamily::V4,
+        ports: vec![SlicePortSpec {
+            name: "".into(),
+            port: 8080,
+            proto: Protocol::Tcp,
+        }]
+        .into(),
+        endpoints: vec![here].into(),
+    };
+    let gone = Change::DeleteService(ServiceId::new("default", "etp"));
+    ctl.handle(
+        SourceMsg::Changes(vec![Change::slice(slice), gone]),
+        &mut dirty,
+    );
+    ctl.sync(dirty);
+    let text = ctl.hooks.metrics.encode();
+    for line in [
+        "kubeproxy_sync_proxy_rules_no_local_endpoints_total{traffic_policy=\"internal\"} 0",
+        "kubeproxy_sync_proxy_rules_no_local_endpoints_total{traffic_policy=\"external\"} 0",
+        "kubeproxy_sync_partial_proxy_rules_duration_seconds_count 1",
+        "kubeproxy_sync_proxy_rules_service_changes_total 3",
+        "kubeproxy_sync_proxy_rules_endpoint_changes_total 2",
+    ] {
+        assert!(text.contains(line), "{line} missing from:\n{text}");
+    }
+}

@@ -21,6 +21,7 @@ use futures::{Stream, StreamExt as _};
 use k8s_openapi::api::core::v1::{Node, Service};
 use kube::{
     Api, Client, Config, Resource as _, ResourceExt as _,
+    client::ClientBuilder,
     config::{KubeConfigOptions, Kubeconfig},
     runtime::watcher::{self, Event},
 };
@@ -37,7 +38,11 @@ use crate::{
     model::{NodeInfo, ServiceId, SliceId},
     report::{Reason, Report, Reports, Stage, events::Uids},
     store::Change,
-    telemetry::{Health, Metrics, metrics::KindLabel},
+    telemetry::{
+        Health, Metrics,
+        metrics::KindLabel,
+        rest_client::{self, RestClientMetrics},
+    },
 };
 
 /// kube-proxy's selector: Services (and their slices) that belong to another
@@ -81,6 +86,9 @@ pub struct Connection {
     /// `k8sServiceHost`/`k8sServicePort`: without kube-proxy the `kubernetes`
     /// ClusterIP only works once this agent has programmed it.
     pub api_server: Option<String>,
+    /// Where the client's requests are counted (client-go's
+    /// `rest_client_*`); none in tests that do not look.
+    pub metrics: Option<RestClientMetrics>,
 }
 
 impl Connection {
@@ -110,7 +118,12 @@ impl Connection {
             config.cluster_url =
                 api_server_url(hp).ok_or_else(|| ConnectError::ApiServer { value: hp.clone() })?;
         }
-        Client::try_from(config).map_err(ConnectError::Client)
+        let host = rest_client::host_label(&config.cluster_url);
+        let builder = ClientBuilder::try_from(config).map_err(ConnectError::Client)?;
+        Ok(match &self.metrics {
+            Some(m) => builder.with_layer(&m.layer(host)).build(),
+            None => builder.build(),
+        })
     }
 }
 

@@ -6,8 +6,8 @@
 use super::backends::{backends_for, candidates, local_ready};
 use crate::hash::HashSet;
 use crate::model::{
-    Backend, DesiredFrontend, Frontend, FrontendKind, IpFamily, LbAlgorithm, LbOptions, NodeInfo,
-    Scope, ServiceSpec, ServiceType, SliceSpec, TrafficPolicy,
+    Backend, BackendState, DesiredFrontend, Frontend, FrontendKind, IpFamily, LbAlgorithm,
+    LbOptions, NodeInfo, Scope, ServiceSpec, ServiceType, SliceSpec, TrafficPolicy,
 };
 
 /// What a Service should look like in the datapath and around it.
@@ -20,6 +20,18 @@ pub struct DesiredService {
     /// Frontends the Service asks for that another Service keeps (see
     /// `frontend_claims`), each naming its field; not in `frontends`.
     pub refused: Vec<super::StoreError>,
+    pub no_local: NoLocalEndpoints,
+}
+
+/// Ports of a Service whose Local traffic policy leaves this node without an
+/// endpoint to serve them, counted in the primary family as kube-proxy's
+/// primary proxier counts `sync_proxy_rules_no_local_endpoints_total`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NoLocalEndpoints {
+    /// `internalTrafficPolicy: Local`: in-cluster clients here are refused.
+    pub internal: u32,
+    /// `externalTrafficPolicy: Local`: external traffic here is dropped.
+    pub external: u32,
 }
 
 /// What the healthCheckNodePort server answers for a Service.
@@ -46,6 +58,9 @@ pub fn desired(
     // converter resets it otherwise); it then covers all their external
     // frontends.
     let local = svc.external_policy == TrafficPolicy::Local;
+    let mut no_local = NoLocalEndpoints::default();
+    // Terminating endpoints still serve as a fallback; draining ones do not.
+    let none_serve = |b: &[Backend]| b.iter().all(|b| b.state == BackendState::Draining);
     for port in &svc.ports {
         for &family in &families {
             let cands = candidates(slices, family, &port.name, port.proto);
@@ -69,6 +84,11 @@ pub fn desired(
             } else {
                 Vec::new()
             };
+            if families.first() == Some(&family) {
+                let internal_local = svc.internal_policy == TrafficPolicy::Local;
+                no_local.internal += u32::from(internal_local && none_serve(&internal));
+                no_local.external += u32::from(local && none_serve(&local_only));
+            }
             let of_family = |ips: &[std::net::IpAddr]| -> Vec<std::net::IpAddr> {
                 ips.iter()
                     .copied()
@@ -159,5 +179,6 @@ pub fn desired(
         frontends: out,
         health_check,
         refused: Vec::new(),
+        no_local,
     }
 }

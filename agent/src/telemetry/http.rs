@@ -1,5 +1,5 @@
-//! The two small HTTP servers: metrics on `--metrics-addr` and kube-proxy's
-//! health endpoints on `--healthz-addr`.
+//! The two small HTTP servers: metrics (and kube-proxy's `/proxyMode`) on
+//! `--metrics-addr`, and kube-proxy's health endpoints on `--healthz-addr`.
 //!
 //! Both are bound before anything else starts, and a port that stays taken
 //! stops the agent (kube-proxy's `--bind-address-hard-fail`, on by default
@@ -177,6 +177,9 @@ fn answer<B>(routes: &Routes, req: &Request<B>) -> Response<Full<Bytes>> {
             )
             .body(Full::new(Bytes::from(m.encode())))
             .unwrap_or_default(),
+        // kube-proxy answers its mode here ("iptables", "ipvs", "nftables");
+        // scripts and conformance checks read it to see who proxies.
+        (Routes::Metrics(_), "/proxyMode") => plain(StatusCode::OK, PROXY_MODE),
         (Routes::Health(h, m), path @ ("/healthz" | "/livez")) => {
             let s = h.status();
             // /livez only asks whether the agent works; /healthz also whether
@@ -211,6 +214,9 @@ fn answer<B>(routes: &Routes, req: &Request<B>) -> Response<Full<Bytes>> {
         _ => plain(StatusCode::NOT_FOUND, "404 page not found\n"),
     }
 }
+
+/// What `/proxyMode` answers. kube-proxy writes the mode without a newline.
+pub const PROXY_MODE: &str = "ebpf";
 
 fn plain(code: StatusCode, body: &'static str) -> Response<Full<Bytes>> {
     Response::builder()

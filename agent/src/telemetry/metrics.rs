@@ -1,5 +1,7 @@
-//! The agent's Prometheus metrics. Names follow kube-proxy's where one exists,
-//! so dashboards and SLOs built for kube-proxy carry over with a prefix change.
+//! The agent's Prometheus metrics: our own families under `weir_`,
+//! kube-proxy's under its own names ([`super::kube_proxy`]), client-go's
+//! request metrics ([`super::rest_client`]) and the `process_*` collector,
+//! all in one exposition.
 use std::sync::atomic::AtomicU64;
 
 use prometheus_client::{
@@ -8,6 +10,7 @@ use prometheus_client::{
     registry::Registry,
 };
 
+use super::{kube_proxy::KubeProxy, process::ProcessCollector, rest_client::RestClientMetrics};
 use crate::maps::MapName;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -95,6 +98,10 @@ pub struct Metrics {
     /// read after every conntrack sweep: outcomes and drop reasons such as
     /// `drop-snat-ports` (SNAT range exhausted) or `drop-ct-invalid`.
     pub datapath_packets: Family<StatLabel, Counter>,
+    /// kube-proxy's families that have no counterpart here.
+    pub kube_proxy: KubeProxy,
+    /// The API client's requests (the layer is added where the client is built).
+    pub rest_client: RestClientMetrics,
 }
 
 impl Default for Metrics {
@@ -116,7 +123,7 @@ impl Metrics {
     }
 
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("weir");
+        let mut root = Registry::default();
         let sync_duration = Histogram::new(
             prometheus_client::metrics::histogram::exponential_buckets(0.0005, 2.0, 16),
         );
@@ -143,8 +150,10 @@ impl Metrics {
             conntrack_gc_deleted: Counter::default(),
             health_check_unbound: Family::default(),
             datapath_packets: Family::default(),
+            kube_proxy: KubeProxy::default(),
+            rest_client: RestClientMetrics::default(),
         };
-        let r = &mut registry;
+        let r = root.sub_registry_with_prefix("weir");
         r.register(
             "sync_duration_seconds",
             "Time to program the Services one change touched",
@@ -241,7 +250,34 @@ impl Metrics {
             "Packets (socket calls for sock) counted by the datapath programs, by program and reason, as of the last conntrack sweep",
             this.datapath_packets.clone(),
         );
-        Self { registry, ..this }
+        this.kube_proxy.register(
+            root.sub_registry_with_prefix("kubeproxy"),
+            &super::kube_proxy::Shared {
+                network_programming: &this.network_programming,
+                last_sync: &this.last_sync,
+                healthz: &this.healthz,
+                livez: &this.livez,
+            },
+        );
+        this.rest_client.register(&mut root);
+        root.register_collector(Box::new(ProcessCollector));
+        Self {
+            registry: root,
+            ..this
+        }
+    }
+
+    /// One sync's duration, into ours and kube-proxy's histograms; `full`
+    /// for those up to the first complete view.
+    pub fn observe_sync(&self, secs: f64, full: bool) {
+        self.sync_duration.observe(secs);
+        let kp = &self.kube_proxy;
+        kp.sync_duration.observe(secs);
+        if full {
+            kp.sync_full.observe(secs)
+        } else {
+            kp.sync_partial.observe(secs)
+        }
     }
 
     /// Adds `delta` packets to the datapath counter `program`/`reason`.

@@ -2,15 +2,19 @@
 //! kube-proxy-compatible health endpoints.
 //!
 //! ```text
-//!  controller ──observe──▶ Metrics ──▶ GET /metrics          (--metrics-addr)
-//!      │                                                     
+//!  controller ──observe──▶ Metrics ──▶ GET /metrics, /proxyMode (--metrics-addr)
+//!  kube client ──requests──▶  │  ◀── /proc/self (process_*, at each scrape)
+//!      │
 //!      └──queued/updated──▶ Health ◀── Node watch (deleting?)
 //!                             └──────▶ GET /healthz, /livez  (--healthz-addr)
 //! ```
 pub mod conns;
 pub mod health;
 pub mod http;
+pub mod kube_proxy;
 pub mod metrics;
+pub mod process;
+pub mod rest_client;
 
 pub use health::Health;
 pub use metrics::Metrics;

@@ -495,6 +495,24 @@ fn metrics_and_health_endpoints_answer_like_kube_proxys() -> Result<()> {
     let pressure = m("weir_map_pressure{map=\"WEIR_SVC\"}")?;
     ensure!((pressure - 4.0 / 65536.0).abs() < 1e-9, "{pressure}");
     ensure!(m("weir_healthz_total{code=\"503\"}")? >= 1.0);
+    // kube-proxy's names for the same series, client-go's request counts
+    // against this API server, and the process collector.
+    ensure!(m("kubeproxy_proxy_healthz_total{code=\"503\"}")? >= 1.0);
+    ensure!(m("kubeproxy_sync_proxy_rules_service_changes_total")? >= 1.0);
+    ensure!(m("kubeproxy_sync_proxy_rules_endpoint_changes_total")? >= 1.0);
+    ensure!(m("kubeproxy_network_programming_duration_seconds_count")? >= 1.0);
+    ensure!(m("kubeproxy_sync_proxy_rules_last_timestamp_seconds")? > 1.7e9);
+    let host = cluster.server.addr();
+    let ok_gets =
+        format!("rest_client_requests_total{{code=\"200\",method=\"GET\",host=\"{host}\"}}");
+    ensure!(
+        m(&ok_gets)? >= 3.0,
+        "lists of Services, slices and the Node"
+    );
+    ensure!(m("process_resident_memory_bytes")? > 1e6);
+    ensure!(m("process_open_fds")? >= 3.0);
+    let (code, mode) = agent.get(agent.metrics_addr, "/proxyMode")?;
+    ensure!((code, mode.as_str()) == (200, "ebpf"), "{code} {mode:?}");
 
     // The node is being deleted: load balancers should stop sending new
     // traffic (/healthz), but the agent itself is fine (/livez).
