@@ -7,7 +7,7 @@ use anyhow::{Context as _, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use weir_agent::{
     datapath::{Acceleration, devices},
-    model::LbAlgorithm,
+    model::{Cidr, LbAlgorithm},
 };
 
 /// Weir's node agent: replaces kube-proxy with eBPF socket load balancing.
@@ -42,18 +42,44 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "BOOL", default_value_t = false, action = clap::ArgAction::Set)]
     pub(crate) streaming_lists: bool,
     /// This node's name: endpoints with this nodeName are local.
-    #[arg(long, env = "NODE_NAME", value_name = "NAME")]
+    #[arg(
+        long,
+        env = "NODE_NAME",
+        value_name = "NAME",
+        visible_alias = "hostname-override"
+    )]
     pub(crate) node_name: Option<String>,
     /// Namespace of the agent's Lease.
     #[arg(long, env = "POD_NAMESPACE", default_value = "kube-system")]
     pub(crate) namespace: String,
-    /// Prometheus metrics address (kube-proxy's default); empty to disable.
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:10249")]
+    /// Prometheus metrics address (kube-proxy's default); an IP alone means
+    /// port 10249, as in kube-proxy; empty to disable.
+    #[arg(
+        long,
+        value_name = "ADDR",
+        default_value = "127.0.0.1:10249",
+        visible_alias = "metrics-bind-address"
+    )]
     pub(crate) metrics_addr: String,
     /// /healthz and /livez address (kube-proxy's default, which cloud load
-    /// balancers probe); empty to disable.
-    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:10256")]
+    /// balancers probe); an IP alone means port 10256; empty to disable.
+    #[arg(
+        long,
+        value_name = "ADDR",
+        default_value = "0.0.0.0:10256",
+        visible_alias = "healthz-bind-address"
+    )]
     pub(crate) healthz_addr: String,
+    /// kube-proxy's cluster CIDRs, accepted so its manifests and runbooks
+    /// keep working. Weir has no use for them: kube-proxy needs them to
+    /// tell pod traffic from outside traffic in netfilter, and Weir load
+    /// balances pods at their sockets. Given, they are checked and logged.
+    #[arg(long, value_name = "CIDR,...", value_delimiter = ',', value_parser = parse_cidr)]
+    pub(crate) cluster_cidr: Vec<Cidr>,
+    /// Log verbosity as kube-proxy's `-v`/`--v`: 0–2 info, 3–4 debug, 5 and
+    /// more trace. Without it, RUST_LOG decides (info by default).
+    #[arg(short = 'v', long = "v", value_name = "LEVEL")]
+    pub(crate) verbosity: Option<u8>,
     /// /healthz fails when a change has waited this long to reach the maps.
     #[arg(long, value_name = "DURATION", default_value = "60s")]
     pub(crate) healthz_timeout: humantime::Duration,
@@ -240,6 +266,10 @@ impl From<AccelerationArg> for Acceleration {
     }
 }
 
+pub(crate) fn parse_cidr(s: &str) -> Result<Cidr, String> {
+    Cidr::parse(s).ok_or_else(|| format!("{s:?} is not a CIDR such as 10.244.0.0/16"))
+}
+
 pub(crate) fn parse_port_range(s: &str) -> Result<(u16, u16), String> {
     let (a, b) = s
         .split_once('-')
@@ -331,6 +361,39 @@ pub(crate) enum Command {
         #[arg(long)]
         dry_run: bool,
     },
+    /// Print a completion script for the shell, e.g.
+    /// `weir-agent completions bash > /etc/bash_completion.d/weir-agent`.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+}
+
+/// Writes the completion script of `weir-agent` for `shell`.
+///
+/// clap_complete's bash script completes nothing past a subcommand when the
+/// binary's name has a hyphen (clap-rs/clap#6421, open): its dispatch loop
+/// and its case arms spell the state differently. The script is generated
+/// for `weir_agent` and registered for `weir-agent`.
+pub(crate) fn write_completions(
+    shell: clap_complete::Shell,
+    out: &mut impl std::io::Write,
+) -> std::io::Result<()> {
+    const BIN: &str = "weir-agent";
+    const SPELLED: &str = "weir_agent";
+    let mut cmd = <Cli as clap::CommandFactory>::command();
+    if shell != clap_complete::Shell::Bash {
+        clap_complete::generate(shell, &mut cmd, BIN, out);
+        return Ok(());
+    }
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut cmd, SPELLED, &mut script);
+    let script = String::from_utf8_lossy(&script);
+    out.write_all(
+        script
+            .replace(&format!(" {SPELLED}\n"), &format!(" {BIN}\n"))
+            .as_bytes(),
+    )
 }
 
 #[derive(Subcommand, Debug)]
@@ -490,6 +553,78 @@ pub(crate) mod tests {
         ] {
             assert!(Cli::try_parse_from(["weir-agent", bad]).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn kube_proxy_flag_names_are_accepted() {
+        let a = run_args(&[
+            "--hostname-override=node-1",
+            "--metrics-bind-address=0.0.0.0",
+            "--healthz-bind-address",
+            "[::]:10256",
+            "--cluster-cidr=10.244.0.0/16,fd00:10:244::/56",
+            "-v=4",
+        ]);
+        assert_eq!(a.node_name.as_deref(), Some("node-1"));
+        assert_eq!(a.metrics_addr, "0.0.0.0");
+        assert_eq!(a.healthz_addr, "[::]:10256");
+        assert_eq!(a.cluster_cidr.len(), 2);
+        assert_eq!(a.verbosity, Some(4));
+        assert_eq!(run_args(&["--v=2"]).verbosity, Some(2));
+        assert_eq!(run_args(&["-v", "5"]).verbosity, Some(5));
+        let e = Cli::try_parse_from(["weir-agent", "--cluster-cidr=10.244.0.0"]).unwrap_err();
+        assert!(e.to_string().contains("is not a CIDR"), "{e}");
+    }
+
+    /// What bash offers after `line` once the script is sourced, as the
+    /// shell calls the completion function on a TAB.
+    fn bash_completes(script: &std::path::Path, words: &[&str]) -> String {
+        let quoted: Vec<String> = words.iter().map(|w| format!("'{w}'")).collect();
+        let cword = words.len() - 1;
+        let prev = words[cword.saturating_sub(1)];
+        let cur = words[cword];
+        let body = format!(
+            "source {script} || exit 1; f=$(complete -p weir-agent | sed -n 's/.*-F \\([^ ]*\\).*/\\1/p'); \
+             COMP_WORDS=({words}); COMP_CWORD={cword}; \
+             $f weir-agent '{cur}' '{prev}'; echo \"${{COMPREPLY[*]}}\"",
+            script = script.display(),
+            words = quoted.join(" "),
+        );
+        let out = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(body)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    #[test]
+    fn bash_completes_flags_subcommands_and_their_flags() {
+        let mut script = Vec::new();
+        write_completions(clap_complete::Shell::Bash, &mut script).unwrap();
+        let dir = std::env::temp_dir().join(format!("weir-completion-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("weir-agent.bash");
+        std::fs::write(&file, &script).unwrap();
+        let got = [
+            bash_completes(&file, &["weir-agent", "--hostname-o"]),
+            bash_completes(&file, &["weir-agent", "insp"]),
+            bash_completes(&file, &["weir-agent", "inspect", "con"]),
+            bash_completes(&file, &["weir-agent", "inspect", "services", "--bp"]),
+            bash_completes(&file, &["weir-agent", "completions", "fi"]),
+        ];
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(
+            got,
+            [
+                "--hostname-override",
+                "inspect",
+                "conntrack",
+                "--bpffs",
+                "fish"
+            ]
+        );
     }
 
     #[test]

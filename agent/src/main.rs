@@ -35,8 +35,7 @@ use weir_agent::{
 fn main() -> Result<()> {
     weir_agent::heap::tune();
     let cli = Cli::parse();
-    let format = cli.run.log_format;
-    init_logging(format);
+    init_logging(cli.run.log_format, cli.run.verbosity);
     match cli.command {
         Some(Command::Inspect { what }) => {
             // `inspect conntrack | head` should end quietly, as any Unix
@@ -56,6 +55,10 @@ fn main() -> Result<()> {
             print!("{outcome}");
             Ok(outcome.result()?)
         }
+        Some(Command::Completions { shell }) => Ok(cli::write_completions(
+            shell,
+            &mut std::io::stdout().lock(),
+        )?),
         None => run(cli.run),
     }
 }
@@ -105,9 +108,16 @@ fn run_inspect(what: Inspect) -> Result<()> {
     }
 }
 
-fn init_logging(format: LogFormat) {
+fn init_logging(format: LogFormat, verbosity: Option<u8>) {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    // kube-proxy's klog levels: 2 is its usual steady-state detail, 4 the
+    // per-change detail runbooks ask for when debugging.
+    let filter = match verbosity {
+        Some(0..=2) => EnvFilter::new("info"),
+        Some(3..=4) => EnvFilter::new("debug"),
+        Some(_) => EnvFilter::new("trace"),
+        None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+    };
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
@@ -128,6 +138,13 @@ fn run(args: RunArgs) -> Result<()> {
     }
     if args.packet.device_rescan_interval.is_zero() {
         anyhow::bail!("--device-rescan-interval must be more than 0s");
+    }
+    if !args.cluster_cidr.is_empty() {
+        let cidrs: Vec<String> = args.cluster_cidr.iter().map(ToString::to_string).collect();
+        info!(
+            cluster_cidr = cidrs.join(","),
+            "--cluster-cidr has no effect: Weir load balances pod traffic at its sockets and needs no cluster CIDR to tell it from outside traffic"
+        );
     }
     let node = match &args.node_name {
         Some(n) if !n.is_empty() => n.clone(),
@@ -154,8 +171,8 @@ async fn run_async(args: RunArgs, node: String) -> Result<()> {
     // to (kube-proxy holds the ports) exits without having taken any traffic
     // from kube-proxy.
     let (metrics_listener, healthz_listener) = tokio::try_join!(
-        http::bind_flag("--metrics-addr", &args.metrics_addr),
-        http::bind_flag("--healthz-addr", &args.healthz_addr),
+        http::bind_flag("--metrics-addr", &args.metrics_addr, 10249),
+        http::bind_flag("--healthz-addr", &args.healthz_addr, 10256),
     )?;
     if let Some(l) = metrics_listener {
         tokio::spawn(http::serve(l, Routes::Metrics(metrics.clone())));

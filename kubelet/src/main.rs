@@ -22,12 +22,16 @@ use weir_kubelet::{
 #[command(
     name = "weir-kubelet",
     version,
-    about = "A minimal kubelet on containerd's CRI"
+    about = "A minimal kubelet on containerd's CRI",
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true
 )]
 struct Args {
+    #[command(subcommand)]
+    command: Option<Command>,
     /// A kubelet.config.k8s.io/v1beta1 KubeletConfiguration file.
-    #[arg(long)]
-    config: PathBuf,
+    #[arg(long, required = true)]
+    config: Option<PathBuf>,
     /// API-server mode; without it the kubelet runs its static pods only.
     #[arg(long)]
     kubeconfig: Option<PathBuf>,
@@ -43,6 +47,35 @@ struct Args {
     /// The cgroupfs parent of every pod's cgroup.
     #[arg(long, default_value = "/kubepods")]
     cgroup_root: String,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum Command {
+    /// Print a completion script for the shell, e.g.
+    /// `weir-kubelet completions bash > /etc/bash_completion.d/weir-kubelet`.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+}
+
+/// Writes the completion script of `weir-kubelet` for `shell`: for bash
+/// under `weir_kubelet`, registered for `weir-kubelet`, because
+/// clap_complete's bash script completes nothing past a subcommand of a
+/// hyphenated binary (clap-rs/clap#6421).
+fn write_completions(
+    shell: clap_complete::Shell,
+    out: &mut impl std::io::Write,
+) -> std::io::Result<()> {
+    let mut cmd = <Args as clap::CommandFactory>::command();
+    if shell != clap_complete::Shell::Bash {
+        clap_complete::generate(shell, &mut cmd, "weir-kubelet", out);
+        return Ok(());
+    }
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut cmd, "weir_kubelet", &mut script);
+    let script = String::from_utf8_lossy(&script).replace(" weir_kubelet\n", " weir-kubelet\n");
+    out.write_all(script.as_bytes())
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -72,9 +105,20 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
-    let result = config::load(&args.config)
+    if let Some(Command::Completions { shell }) = args.command {
+        return match write_completions(shell, &mut std::io::stdout().lock()) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("writing the completion script: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    // clap requires --config unless a subcommand was given.
+    let config_path = args.config.clone().unwrap_or_default();
+    let result = config::load(&config_path)
         .map_err(|source| MainError::Config {
-            path: args.config.clone(),
+            path: config_path.clone(),
             source,
         })
         .and_then(|config| {

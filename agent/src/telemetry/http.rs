@@ -116,16 +116,20 @@ impl Routes {
     }
 }
 
-/// The listener for `flag` given as `value` ("ip:port"; empty: none), bound
-/// with [`BindRetry::STARTUP`]. A failure is logged here too, so it shows in
-/// the agent's log format and not only in the exit message.
-pub async fn bind_flag(flag: &'static str, value: &str) -> anyhow::Result<Option<TcpListener>> {
-    if value.is_empty() {
+/// The listener for `flag` given as `value` ("ip:port", or an IP alone for
+/// `default_port` as kube-proxy's bind addresses; empty: none), bound with
+/// [`BindRetry::STARTUP`]. A failure is logged here too, so it shows in the
+/// agent's log format and not only in the exit message.
+pub async fn bind_flag(
+    flag: &'static str,
+    value: &str,
+    default_port: u16,
+) -> anyhow::Result<Option<TcpListener>> {
+    let Some(addr) = parse_bind_addr(value, default_port)
+        .map_err(|_| anyhow::anyhow!("{flag} {value:?} is not ip:port or an IP"))?
+    else {
         return Ok(None);
-    }
-    let addr: SocketAddr = value
-        .parse()
-        .map_err(|_| anyhow::anyhow!("{flag} {value:?} is not ip:port"))?;
+    };
     match bind(flag, addr, BindRetry::STARTUP).await {
         Ok(l) => Ok(Some(l)),
         Err(e) => {
@@ -133,6 +137,27 @@ pub async fn bind_flag(flag: &'static str, value: &str) -> anyhow::Result<Option
             Err(e.into())
         }
     }
+}
+
+/// `ip:port`, `[v6]:port`, or a bare IP (v6 with or without brackets) that
+/// takes `default_port`; `None` for empty (disabled).
+pub fn parse_bind_addr(
+    value: &str,
+    default_port: u16,
+) -> Result<Option<SocketAddr>, std::net::AddrParseError> {
+    let v = value.trim();
+    if v.is_empty() {
+        return Ok(None);
+    }
+    if let Ok(a) = v.parse::<SocketAddr>() {
+        return Ok(Some(a));
+    }
+    let bare = v
+        .strip_prefix('[')
+        .and_then(|r| r.strip_suffix(']'))
+        .unwrap_or(v);
+    bare.parse::<std::net::IpAddr>()
+        .map(|ip| Some(SocketAddr::new(ip, default_port)))
 }
 
 /// Serves on `listener` (from [`bind`]) until the task is dropped, within
@@ -292,9 +317,30 @@ mod tests {
 
     #[tokio::test]
     async fn empty_flag_is_no_listener_and_garbage_is_named() {
-        assert!(bind_flag("--metrics-addr", "").await.unwrap().is_none());
-        let e = bind_flag("--metrics-addr", "localhost").await.unwrap_err();
-        assert_eq!(e.to_string(), "--metrics-addr \"localhost\" is not ip:port");
+        assert!(bind_flag("--metrics-addr", "", 1).await.unwrap().is_none());
+        let e = bind_flag("--metrics-addr", "localhost", 1)
+            .await
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "--metrics-addr \"localhost\" is not ip:port or an IP"
+        );
+    }
+
+    #[test]
+    fn bind_addresses_as_kube_proxy_takes_them() {
+        let p = |v: &str| {
+            parse_bind_addr(v, 10249)
+                .map(|a| a.map(|a| a.to_string()))
+                .map_err(|_| ())
+        };
+        assert_eq!(p("0.0.0.0:9000"), Ok(Some("0.0.0.0:9000".into())));
+        assert_eq!(p("0.0.0.0"), Ok(Some("0.0.0.0:10249".into())));
+        assert_eq!(p("::"), Ok(Some("[::]:10249".into())));
+        assert_eq!(p("[::1]"), Ok(Some("[::1]:10249".into())));
+        assert_eq!(p("[::1]:1"), Ok(Some("[::1]:1".into())));
+        assert_eq!(p(""), Ok(None));
+        assert_eq!(p("10.0.0.0/8"), Err(()));
     }
 
     #[tokio::test]
