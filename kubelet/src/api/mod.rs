@@ -137,31 +137,43 @@ impl NodeOptions {
     }
 }
 
-/// Doubling delays between `initial` and `max`.
-#[derive(Clone, Debug)]
+/// Doubling delays from `initial` up to `max`, each drawn from the upper
+/// half of its step (so never above `max`): kubelets that lost the API
+/// server together do not retry in lockstep when it returns.
+///
+/// backon adds a jitter of up to one more delay on top, so its bounds are
+/// halved here to keep `max` a ceiling.
+#[derive(Debug)]
 pub(crate) struct Backoff {
-    initial: Duration,
+    builder: backon::ExponentialBuilder,
+    delays: backon::ExponentialBackoff,
     max: Duration,
-    next: Duration,
 }
 
 impl Backoff {
     pub(crate) fn new(initial: Duration, max: Duration) -> Self {
+        use backon::BackoffBuilder as _;
+        let builder = backon::ExponentialBuilder::default()
+            .with_min_delay(initial / 2)
+            .with_max_delay(max / 2)
+            .with_factor(2.0)
+            .with_jitter()
+            .without_max_times();
         Self {
-            initial,
+            delays: builder.build(),
+            builder,
             max,
-            next: initial,
         }
     }
 
     pub(crate) fn next_delay(&mut self) -> Duration {
-        let d = self.next;
-        self.next = (self.next * 2).min(self.max);
-        d
+        // Endless without max_times; the fallback is never taken.
+        self.delays.next().unwrap_or(self.max)
     }
 
     pub(crate) fn reset(&mut self) {
-        self.next = self.initial;
+        use backon::BackoffBuilder as _;
+        self.delays = self.builder.build();
     }
 }
 
@@ -291,12 +303,21 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn backoff_doubles_to_max_and_resets() {
+    fn backoff_doubles_to_max_with_jitter_and_resets() {
+        let steps = [200, 400, 800, 1600, 3200, 6400, 7000, 7000];
         let mut b = Backoff::new(Duration::from_millis(200), Duration::from_secs(7));
-        let ds: Vec<u128> = (0..8).map(|_| b.next_delay().as_millis()).collect();
-        assert_eq!(ds, [200, 400, 800, 1600, 3200, 6400, 7000, 7000]);
-        b.reset();
-        assert_eq!(b.next_delay(), Duration::from_millis(200));
+        let mut draws = Vec::new();
+        for _ in 0..50 {
+            b.reset();
+            let ds: Vec<u128> = (0..8).map(|_| b.next_delay().as_millis()).collect();
+            for (d, step) in ds.iter().zip(steps) {
+                assert!((step / 2..=step).contains(d), "{ds:?}");
+            }
+            draws.push(ds);
+        }
+        draws.sort();
+        draws.dedup();
+        assert!(draws.len() > 40, "not jittered: {draws:?}");
     }
 
     #[test]
