@@ -342,11 +342,21 @@ pub enum ProbeAction {
 /// `httpGet`, with a named port already resolved against the container's ports.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HttpGet {
+    pub scheme: Scheme,
     /// Defaults to the pod IP when `None`.
     pub host: Option<String>,
     pub port: u16,
     pub path: String,
     pub headers: Vec<(String, String)>,
+}
+
+/// `httpGet.scheme`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Scheme {
+    #[default]
+    Http,
+    /// TLS without verifying the certificate, as the kubelet probes.
+    Https,
 }
 
 /// A lifecycle hook (postStart / preStop).

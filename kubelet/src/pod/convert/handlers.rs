@@ -5,7 +5,8 @@ use k8s_openapi::{api::core::v1 as api, apimachinery::pkg::util::intstr::IntOrSt
 
 use super::{Errs, port_number, seconds};
 use crate::pod::{
-    ContainerPort, Handler, HttpGet, Probe, ProbeAction, SpecError, probe::ProbeKind as Kind,
+    ContainerPort, Handler, HttpGet, Probe, ProbeAction, Scheme, SpecError,
+    probe::ProbeKind as Kind,
 };
 
 /// A probe or hook port: a number, or the name of one of the container's
@@ -43,11 +44,14 @@ fn convert_http_get(
     at: &str,
     ports: &[ContainerPort],
 ) -> Option<HttpGet> {
-    match h.scheme.as_deref() {
-        None | Some("HTTP") => {}
-        Some("HTTPS") => errs.unsupported(format!("{at}.scheme"), "scheme HTTPS"),
-        Some(v) => errs.invalid(format!("{at}.scheme"), v, "must be HTTP or HTTPS"),
-    }
+    let scheme = match h.scheme.as_deref() {
+        None | Some("HTTP") => Scheme::Http,
+        Some("HTTPS") => Scheme::Https,
+        Some(v) => {
+            errs.invalid(format!("{at}.scheme"), v, "must be HTTP or HTTPS");
+            Scheme::Http
+        }
+    };
     let port = resolve_port(errs, format!("{at}.port"), &h.port, ports)?;
     let path = h
         .path
@@ -60,6 +64,7 @@ fn convert_http_get(
         format!("/{path}")
     };
     Some(HttpGet {
+        scheme,
         host: h.host.clone().filter(|h| !h.is_empty()),
         port,
         path,

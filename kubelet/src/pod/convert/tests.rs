@@ -135,6 +135,7 @@ fn converts_a_full_pod() {
     assert_eq!(
         live.action,
         ProbeAction::HttpGet(HttpGet {
+            scheme: Scheme::Http,
             host: None,
             port: 8080,
             path: "/healthz".into(),
@@ -253,7 +254,7 @@ spec:
     - name: R
       valueFrom: {resourceFieldRef: {resource: limits.cpu}}
     livenessProbe: {grpc: {port: 9000}}
-    readinessProbe: {httpGet: {port: 80, scheme: HTTPS}}
+    readinessProbe: {httpGet: {port: 80, scheme: FTP}}
     startupProbe: {exec: {command: [x]}, successThreshold: 2}
     lifecycle: {preStop: {tcpSocket: {port: 80}}}
 "#,
@@ -263,7 +264,7 @@ spec:
         r#"spec.containers[0].env[0].valueFrom.fieldRef.fieldPath: field path "metadata.labels['a']" is not supported by this kubelet"#,
         "spec.containers[0].env[1].valueFrom.resourceFieldRef: resourceFieldRef is not supported by this kubelet",
         "spec.containers[0].livenessProbe.grpc: grpc probes is not supported by this kubelet",
-        "spec.containers[0].readinessProbe.httpGet.scheme: scheme HTTPS is not supported by this kubelet",
+        r#"spec.containers[0].readinessProbe.httpGet.scheme: "FTP" is invalid: must be HTTP or HTTPS"#,
         r#"spec.containers[0].startupProbe.successThreshold: "2" is invalid: must be 1"#,
         "spec.containers[0].lifecycle.preStop.tcpSocket: tcpSocket lifecycle hooks is not supported by this kubelet",
     ] {
