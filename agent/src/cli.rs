@@ -166,6 +166,12 @@ pub(crate) struct PacketArgs {
     /// NodePort range.
     #[arg(long, value_name = "FROM-TO", default_value = "30000-32767", value_parser = parse_port_range)]
     pub(crate) nodeport_range: (u16, u16),
+    /// Which node addresses NodePorts listen on, as kube-proxy's
+    /// nodePortAddresses: CIDRs (a family without one gets no NodePorts),
+    /// or `primary`, the Node object's primary IPs (first InternalIP per
+    /// family; API mode only). Default: every address of the node.
+    #[arg(long, value_name = "CIDR,...|primary", value_delimiter = ',')]
+    pub(crate) nodeport_addresses: Vec<String>,
     /// How the per-packet programs pick a backend for a new flow to a
     /// NodePort, externalIP or LoadBalancer frontend: random, or maglev
     /// (consistent hashing of the flow's addresses, ports and protocol,

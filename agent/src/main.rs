@@ -17,7 +17,7 @@ use weir_agent::{
     healthcheck::{self, HealthChecks},
     inspect,
     maps::pinned::PinnedMaps,
-    model::{LbOptions, NodeInfo},
+    model::{LbOptions, NodeInfo, NodePortAddresses},
     node_addrs,
     reconciler::Reconciler,
     report::{Reports, events, lease},
@@ -139,6 +139,13 @@ fn run(args: RunArgs) -> Result<()> {
     if args.packet.device_rescan_interval.is_zero() {
         anyhow::bail!("--device-rescan-interval must be more than 0s");
     }
+    let node_port_addresses = NodePortAddresses::parse(&args.packet.nodeport_addresses)
+        .map_err(|e| anyhow::anyhow!("--nodeport-addresses: {e}"))?;
+    if node_port_addresses == NodePortAddresses::Primary && args.manifests.is_some() {
+        anyhow::bail!(
+            "--nodeport-addresses primary needs the Node object, which --manifests has not: give CIDRs"
+        );
+    }
     if !args.cluster_cidr.is_empty() {
         let cidrs: Vec<String> = args.cluster_cidr.iter().map(ToString::to_string).collect();
         info!(
@@ -161,10 +168,14 @@ fn run(args: RunArgs) -> Result<()> {
         .worker_threads(2)
         .enable_all()
         .build()?;
-    rt.block_on(run_async(args, node))
+    rt.block_on(run_async(args, node, node_port_addresses))
 }
 
-async fn run_async(args: RunArgs, node: String) -> Result<()> {
+async fn run_async(
+    args: RunArgs,
+    node: String,
+    node_port_addresses: NodePortAddresses,
+) -> Result<()> {
     let metrics = Arc::new(Metrics::new());
     let health = Arc::new(Health::new(args.healthz_timeout.into()));
     // Before the datapath loads: an agent that cannot serve what it was told
@@ -336,10 +347,11 @@ async fn run_async(args: RunArgs, node: String) -> Result<()> {
     let store = Store::with_options(
         NodeInfo {
             name: node.clone(),
-            zone: None,
             addresses,
+            ..NodeInfo::default()
         },
         StoreOptions {
+            node_port_addresses,
             node_port_range: packet.nodeport_range.0..=packet.nodeport_range.1,
             lb: LbOptions {
                 algorithm: packet.lb_algorithm.into(),

@@ -466,10 +466,70 @@ pub struct NodeInfo {
     pub name: String,
     /// The `topology.kubernetes.io/zone` label, once the Node has been read.
     pub zone: Option<String>,
-    /// The node's own addresses (global scope, both families, of the
-    /// `--devices` interfaces): NodePort frontends live on them, and an
-    /// external IP must not be one of them.
+    /// The node's own addresses (global scope, both families, of every
+    /// interface): an external IP must not be one of them.
     pub addresses: Vec<IpAddr>,
+    /// The Node object's primary addresses (its first InternalIP per
+    /// family, else ExternalIP), once read: `--nodeport-addresses primary`.
+    pub primary_ips: Vec<IpAddr>,
+    /// Where NodePort frontends live: `addresses` as `--nodeport-addresses`
+    /// selects them. The store derives it; a source leaves it empty.
+    pub node_ports: Vec<IpAddr>,
+}
+
+/// `--nodeport-addresses` (kube-proxy's `nodePortAddresses`): which of the
+/// node's addresses NodePorts listen on.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum NodePortAddresses {
+    /// Every address (kube-proxy's default in iptables and ipvs modes).
+    #[default]
+    All,
+    /// Those inside any of the ranges; a family without a range gets none.
+    Cidrs(Vec<Cidr>),
+    /// The Node object's primary addresses (kube-proxy's `primary`, the
+    /// nftables mode's default).
+    Primary,
+}
+
+impl NodePortAddresses {
+    /// Parses the flag's values as kube-proxy validates them: CIDRs, or
+    /// `primary` alone; none means every address.
+    pub fn parse(values: &[String]) -> Result<Self, String> {
+        if values.is_empty() {
+            return Ok(Self::All);
+        }
+        if values.iter().any(|v| v == "primary") {
+            return if values.len() == 1 {
+                Ok(Self::Primary)
+            } else {
+                Err("\"primary\" must be the only value".into())
+            };
+        }
+        values
+            .iter()
+            .map(|v| {
+                Cidr::parse(v).ok_or_else(|| {
+                    format!("{v:?} is neither a CIDR such as 10.0.0.0/8 nor \"primary\"")
+                })
+            })
+            .collect::<Result<_, _>>()
+            .map(Self::Cidrs)
+    }
+
+    /// The addresses of `addresses` NodePorts listen on. `primary` counts
+    /// only where the node really has the address: a frontend elsewhere
+    /// would never see a packet.
+    pub fn select(&self, addresses: &[IpAddr], primary: &[IpAddr]) -> Vec<IpAddr> {
+        addresses
+            .iter()
+            .copied()
+            .filter(|ip| match self {
+                Self::All => true,
+                Self::Cidrs(cidrs) => cidrs.iter().any(|c| c.contains(*ip)),
+                Self::Primary => primary.contains(ip),
+            })
+            .collect()
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -15,8 +15,8 @@ pub use frontends::{DesiredService, HealthCheck, NoLocalEndpoints};
 
 use crate::hash::HashMap;
 use crate::model::{
-    DesiredFrontend, Frontend, LbOptions, NodeInfo, Protocol, ServiceId, ServiceSpec, SliceId,
-    SliceSpec,
+    DesiredFrontend, Frontend, LbOptions, NodeInfo, NodePortAddresses, Protocol, ServiceId,
+    ServiceSpec, SliceId, SliceSpec,
 };
 use crate::small_set::SmallSet;
 
@@ -53,6 +53,8 @@ pub struct StoreOptions {
     pub node_port_range: RangeInclusive<u16>,
     /// `--lb-algorithm` and `--maglev-table-size`.
     pub lb: LbOptions,
+    /// `--nodeport-addresses`.
+    pub node_port_addresses: NodePortAddresses,
 }
 
 /// The API server's default `--service-node-port-range`.
@@ -63,6 +65,7 @@ impl Default for StoreOptions {
         Self {
             node_port_range: DEFAULT_NODE_PORT_RANGE,
             lb: LbOptions::default(),
+            node_port_addresses: NodePortAddresses::All,
         }
     }
 }
@@ -194,7 +197,10 @@ impl Store {
         Self::with_options(node, StoreOptions::default())
     }
 
-    pub fn with_options(node: NodeInfo, options: StoreOptions) -> Self {
+    pub fn with_options(mut node: NodeInfo, options: StoreOptions) -> Self {
+        node.node_ports = options
+            .node_port_addresses
+            .select(&node.addresses, &node.primary_ips);
         Self {
             node,
             options,
@@ -259,20 +265,34 @@ impl Store {
                     self.node.zone = node.zone;
                     dirty.extend(self.services.keys().cloned());
                 }
+                // An empty list is a Node not read yet (or without
+                // addresses): the last known ones stay.
+                if !node.primary_ips.is_empty() && node.primary_ips != self.node.primary_ips {
+                    self.node.primary_ips = node.primary_ips;
+                    self.addresses_changed(dirty);
+                }
             }
             Change::NodeAddresses(addresses) => {
                 if addresses != self.node.addresses {
                     self.node.addresses = addresses;
-                    // Whether a Service passes its own checks (external IPs
-                    // vs node addresses) may have changed, and with it the
-                    // claims it makes. Rare: rebuild them all.
-                    self.reclaim_all();
-                    self.claims
-                        .rebuild(self.services.values().map(|s| &**s), &self.node);
-                    dirty.extend(self.services.keys().cloned());
+                    self.addresses_changed(dirty);
                 }
             }
         }
+    }
+
+    fn addresses_changed(&mut self, dirty: &mut BTreeSet<ServiceId>) {
+        self.node.node_ports = self
+            .options
+            .node_port_addresses
+            .select(&self.node.addresses, &self.node.primary_ips);
+        // Whether a Service passes its own checks (external IPs vs node
+        // addresses) may have changed, and with it the claims it makes.
+        // Rare: rebuild them all.
+        self.reclaim_all();
+        self.claims
+            .rebuild(self.services.values().map(|s| &**s), &self.node);
+        dirty.extend(self.services.keys().cloned());
     }
 
     /// Adds `touched` (Services that changed or whose validity may have) to

@@ -25,6 +25,7 @@ fn controller(reports: Reports) -> Controller<FakeMaps> {
         name: "n".into(),
         zone: None,
         addresses: vec!["192.168.0.1".parse().unwrap()],
+        ..NodeInfo::default()
     };
     let store = Store::with_options(node, StoreOptions::default());
     Controller::new(
@@ -268,6 +269,7 @@ fn strict(services: u32, maps: impl FnOnce(&mut FakeMaps)) -> Controller<FakeMap
         name: "n".into(),
         zone: None,
         addresses: vec!["192.168.0.1".parse().unwrap()],
+        ..NodeInfo::default()
     };
     Controller::new(
         Reconciler::restore(fake).unwrap(),

@@ -2,6 +2,7 @@
 //! types. Every source, the manifest directory today and the API server later,
 //! converts through here, so validation and defaults are the same everywhere.
 mod external;
+pub mod node;
 mod service;
 mod slice;
 pub mod wire;

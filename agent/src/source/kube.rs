@@ -461,11 +461,13 @@ impl State {
                     .is_some_and(|t| t.iter().any(|t| t.key == TAINT_TO_BE_DELETED));
                 self.health.set_node_eligible(!(deleting || draining));
                 // Addresses come from the node's interfaces, not the API: the
-                // store keeps its own on a Node change.
+                // store keeps its own on a Node change. The Node's primary
+                // IPs only select among them (--nodeport-addresses primary).
                 out.push(Change::Node(NodeInfo {
                     name: self.node.clone(),
                     zone,
-                    addresses: Vec::new(),
+                    primary_ips: k8s::node::primary_ips(&node),
+                    ..NodeInfo::default()
                 }));
             }
             Event::Delete(_) => {
@@ -477,8 +479,7 @@ impl State {
                 self.health.set_node_eligible(true);
                 out.push(Change::Node(NodeInfo {
                     name: self.node.clone(),
-                    zone: None,
-                    addresses: Vec::new(),
+                    ..NodeInfo::default()
                 }));
             }
             Event::InitDone => {}

@@ -15,6 +15,7 @@ fn node() -> NodeInfo {
         name: "node-1".into(),
         zone: None,
         addresses: vec![ip("192.168.0.10")],
+        ..NodeInfo::default()
     }
 }
 

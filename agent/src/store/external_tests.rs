@@ -5,8 +5,8 @@ use std::{collections::BTreeSet, net::IpAddr};
 
 use super::*;
 use crate::model::{
-    BackendState, Cidr, EndpointMeta, EndpointSpec, FrontendKind, IpFamily, Scope, ServicePortSpec,
-    ServiceType, SlicePortSpec, TrafficPolicy,
+    BackendState, Cidr, EndpointMeta, EndpointSpec, FrontendKind, IpFamily, NodePortAddresses,
+    Scope, ServicePortSpec, ServiceType, SlicePortSpec, TrafficPolicy,
 };
 
 fn ip(s: &str) -> IpAddr {
@@ -21,6 +21,7 @@ fn node() -> NodeInfo {
         name: "node-1".into(),
         zone: None,
         addresses: vec![ip(NODE_V4), ip(NODE_V6)],
+        ..NodeInfo::default()
     }
 }
 
@@ -455,6 +456,7 @@ fn node_addresses_change_every_service_and_node_labels_keep_them() {
             name: "node-1".into(),
             zone: Some("z".into()),
             addresses: Vec::new(),
+            ..NodeInfo::default()
         }),
         &mut dirty,
     );
@@ -469,6 +471,93 @@ fn node_addresses_change_every_service_and_node_labels_keep_them() {
         .map(|d| d.frontend.to_string())
         .collect();
     assert_eq!(nps, ["192.168.0.11:30080/TCP"]);
+}
+
+/// The NodePort frontends of `web` in `store`, as text.
+fn node_port_frontends(store: &Store) -> Vec<String> {
+    store
+        .frontends(&ServiceId::new("default", "web"))
+        .iter()
+        .filter(|d| d.kind == FrontendKind::NodePort)
+        .map(|d| d.frontend.to_string())
+        .collect()
+}
+
+#[test]
+fn node_port_addresses_select_by_range_or_the_nodes_primary_ips() {
+    let with = |addrs: NodePortAddresses| {
+        let mut store = Store::with_options(
+            node(),
+            StoreOptions {
+                node_port_addresses: addrs,
+                ..StoreOptions::default()
+            },
+        );
+        let mut dirty = BTreeSet::new();
+        store.apply(Change::service(lb("web", 30080)), &mut dirty);
+        store
+    };
+    let v4_only = NodePortAddresses::Cidrs(vec![Cidr::parse("192.168.0.0/16").unwrap()]);
+    assert_eq!(
+        node_port_frontends(&with(v4_only)),
+        ["192.168.0.10:30080/TCP"]
+    );
+    assert_eq!(node_port_frontends(&with(NodePortAddresses::All)).len(), 2);
+
+    // primary: none until the Node says which; then only an address the
+    // node really has, whatever else the Node lists.
+    let mut store = with(NodePortAddresses::Primary);
+    assert!(node_port_frontends(&store).is_empty());
+    let mut dirty = BTreeSet::new();
+    store.apply(
+        Change::Node(NodeInfo {
+            name: "node-1".into(),
+            primary_ips: vec![ip(NODE_V6), ip("10.9.9.9")],
+            ..NodeInfo::default()
+        }),
+        &mut dirty,
+    );
+    assert!(dirty.contains(&ServiceId::new("default", "web")));
+    assert_eq!(node_port_frontends(&store), ["[2001:db8:ff::10]:30080/TCP"]);
+    // A Node update without addresses keeps the known ones.
+    store.apply(
+        Change::Node(NodeInfo {
+            name: "node-1".into(),
+            ..NodeInfo::default()
+        }),
+        &mut BTreeSet::new(),
+    );
+    assert_eq!(node_port_frontends(&store).len(), 1);
+    // External IPs are still checked against every address.
+    let mut bad = lb("bad", 30081);
+    bad.external_ips = vec![ip(NODE_V4)].into();
+    store.apply(Change::service(bad), &mut BTreeSet::new());
+    assert!(matches!(
+        rejection(&store, "bad")[..],
+        [StoreError::ExternalIpIsNodeAddress { .. }]
+    ));
+}
+
+#[test]
+fn node_port_addresses_parse_as_kube_proxy_validates_them() {
+    let p = |v: &[&str]| {
+        NodePortAddresses::parse(&v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>())
+    };
+    assert_eq!(p(&[]), Ok(NodePortAddresses::All));
+    assert_eq!(p(&["primary"]), Ok(NodePortAddresses::Primary));
+    assert_eq!(
+        p(&["10.0.0.0/8", "fd00::/8"])
+            .map(|a| matches!(a, NodePortAddresses::Cidrs(c) if c.len() == 2)),
+        Ok(true)
+    );
+    assert_eq!(
+        p(&["primary", "10.0.0.0/8"]),
+        Err("\"primary\" must be the only value".into())
+    );
+    assert_eq!(
+        p(&["10.0.0.1"]),
+        Err("\"10.0.0.1\" is neither a CIDR such as 10.0.0.0/8 nor \"primary\"".into())
+    );
 }
 
 #[test]

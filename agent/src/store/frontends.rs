@@ -140,7 +140,7 @@ pub fn desired(
                 add(ip, port.port, FrontendKind::ClusterIp, &internal);
             }
             if let Some(node_port) = port.node_port.filter(|_| svc.kind.has_node_ports()) {
-                for ip in of_family(&node.addresses) {
+                for ip in of_family(&node.node_ports) {
                     add(ip, node_port, FrontendKind::NodePort, &cluster);
                 }
             }

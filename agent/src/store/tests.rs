@@ -197,6 +197,7 @@ fn node(name: &str, zone: Option<&str>) -> NodeInfo {
         name: name.into(),
         zone: zone.map(Into::into),
         addresses: Vec::new(),
+        ..NodeInfo::default()
     }
 }
 

@@ -263,3 +263,42 @@ fn check_health_body(body: &str, local: u64) -> Result<()> {
     ensure!(v["serviceProxyHealthy"] == true, "{v}");
     Ok(())
 }
+
+/// `--nodeport-addresses` as kube-proxy's nodePortAddresses: NodePorts
+/// listen only on the node addresses inside the ranges, a family without a
+/// range gets none, and ClusterIPs are untouched.
+#[test]
+fn node_port_addresses_restrict_where_node_ports_listen() -> Result<()> {
+    use weir_integration::packet_topology::{NODE_EXT4, NODE_EXT6};
+    let topo = PacketTopology::new()?;
+    let svc = Svc::node_port("np", "10.96.1.30", "fd00:96::1:30", [30090, 30391, 30091]);
+    publish(
+        &topo,
+        &svc,
+        &[Ep::local(LPOD, READY), Ep::remote(RPOD, READY)],
+    )?;
+    let agent = PacketAgent::start(&topo, &["--nodeport-addresses=192.168.50.0/24"])?;
+    serving(&topo, Ns::Client, NODE_EXT4, 30090)?;
+
+    let all = agent.inspect("services")?;
+    let node_port_vips: BTreeSet<String> = all
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|v| v["port"] == 30090 && v["protocol"] == "TCP")
+        .filter_map(|v| v["vip"].as_str().map(str::to_owned))
+        .collect();
+    ensure!(
+        node_port_vips == BTreeSet::from([NODE_EXT4.to_owned()]),
+        "NodePort 30090 is programmed on {node_port_vips:?}, not only {NODE_EXT4}"
+    );
+    ensure!(
+        !crate::support::frontend_views(&agent, "10.96.1.30", 80, "TCP")?.is_empty(),
+        "the ClusterIP lost its frontend"
+    );
+    // No range for IPv6: the node does not answer the NodePort there.
+    let url = format!("{}/peer", target(NODE_EXT6, 30090));
+    let c = topo.curl(Ns::Client, &url, Default::default())?;
+    ensure!(!c.ok(), "{url} answered: {c:?}");
+    Ok(())
+}
