@@ -18,6 +18,7 @@ pub mod inspect;
 pub mod intern;
 pub mod k8s;
 pub mod kube_proxy_cleanup;
+pub mod kube_proxy_config;
 pub mod link_changes;
 pub mod maps;
 pub mod model;

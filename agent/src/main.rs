@@ -3,7 +3,6 @@ mod cli;
 use std::sync::Arc;
 
 use anyhow::{Context as _, Result};
-use clap::Parser as _;
 use cli::{Cli, Command, Inspect, LogFormat, Output, RunArgs};
 use tokio::sync::mpsc;
 use tracing::{error, info, warn};
@@ -34,8 +33,17 @@ use weir_agent::{
 
 fn main() -> Result<()> {
     weir_agent::heap::tune();
-    let cli = Cli::parse();
+    let matches = <Cli as clap::CommandFactory>::command().get_matches();
+    let mut cli =
+        <Cli as clap::FromArgMatches>::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let config_warnings = match cli.run.config.clone() {
+        Some(path) => cli::apply_config(&path, &mut cli.run, &matches)?,
+        None => Vec::new(),
+    };
     init_logging(cli.run.log_format, cli.run.verbosity);
+    for w in config_warnings {
+        warn!("{w}");
+    }
     match cli.command {
         Some(Command::Inspect { what }) => {
             // `inspect conntrack | head` should end quietly, as any Unix
@@ -186,7 +194,8 @@ async fn run_async(
         http::bind_flag("--healthz-addr", &args.healthz_addr, 10256),
     )?;
     if let Some(l) = metrics_listener {
-        tokio::spawn(http::serve(l, Routes::Metrics(metrics.clone())));
+        let configz: Arc<str> = cli::configz(&args, &node).into();
+        tokio::spawn(http::serve(l, Routes::Metrics(metrics.clone(), configz)));
     }
     if let Some(l) = healthz_listener {
         let routes = Routes::Health(health.clone(), metrics.clone());

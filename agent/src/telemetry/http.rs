@@ -1,5 +1,6 @@
-//! The two small HTTP servers: metrics (and kube-proxy's `/proxyMode`) on
-//! `--metrics-addr`, and kube-proxy's health endpoints on `--healthz-addr`.
+//! The two small HTTP servers: metrics (and kube-proxy's `/proxyMode` and
+//! `/configz`) on `--metrics-addr`, and kube-proxy's health endpoints on
+//! `--healthz-addr`.
 //!
 //! Both are bound before anything else starts, and a port that stays taken
 //! stops the agent (kube-proxy's `--bind-address-hard-fail`, on by default
@@ -101,8 +102,8 @@ pub async fn bind(
 
 #[derive(Clone)]
 pub enum Routes {
-    /// `/metrics`.
-    Metrics(Arc<Metrics>),
+    /// `/metrics`, `/proxyMode` and `/configz` (the JSON it serves).
+    Metrics(Arc<Metrics>, Arc<str>),
     /// `/healthz` and `/livez`.
     Health(Arc<Health>, Arc<Metrics>),
 }
@@ -110,7 +111,7 @@ pub enum Routes {
 impl Routes {
     const fn what(&self) -> &'static str {
         match self {
-            Self::Metrics(_) => "metrics",
+            Self::Metrics(..) => "metrics",
             Self::Health(..) => "healthz",
         }
     }
@@ -169,7 +170,7 @@ pub async fn serve(listener: TcpListener, routes: Routes) {
         info!(addr = %local, "serving {what}");
     }
     let cap = match routes {
-        Routes::Metrics(_) => conns::METRICS_CONNS,
+        Routes::Metrics(..) => conns::METRICS_CONNS,
         Routes::Health(..) => conns::HEALTHZ_CONNS,
     };
     conns::accept_loop(listener, what, Conns::new(cap), move |stream, peer| {
@@ -195,7 +196,7 @@ fn answer<B>(routes: &Routes, req: &Request<B>) -> Response<Full<Bytes>> {
         return plain(StatusCode::METHOD_NOT_ALLOWED, "only GET\n");
     }
     match (routes, req.uri().path()) {
-        (Routes::Metrics(m), "/metrics") => Response::builder()
+        (Routes::Metrics(m, _), "/metrics") => Response::builder()
             .header(
                 header::CONTENT_TYPE,
                 "application/openmetrics-text; version=1.0.0; charset=utf-8",
@@ -204,7 +205,12 @@ fn answer<B>(routes: &Routes, req: &Request<B>) -> Response<Full<Bytes>> {
             .unwrap_or_default(),
         // kube-proxy answers its mode here ("iptables", "ipvs", "nftables");
         // scripts and conformance checks read it to see who proxies.
-        (Routes::Metrics(_), "/proxyMode") => plain(StatusCode::OK, PROXY_MODE),
+        (Routes::Metrics(..), "/proxyMode") => plain(StatusCode::OK, PROXY_MODE),
+        // kube-proxy's configz: the effective configuration.
+        (Routes::Metrics(_, configz), "/configz") => Response::builder()
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Full::new(Bytes::from(configz.to_string())))
+            .unwrap_or_default(),
         (Routes::Health(h, m), path @ ("/healthz" | "/livez")) => {
             let s = h.status();
             // /livez only asks whether the agent works; /healthz also whether

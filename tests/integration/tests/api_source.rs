@@ -437,7 +437,16 @@ fn metrics_and_health_endpoints_answer_like_kube_proxys() -> Result<()> {
     let topo = Topology::new(1)?;
     let cluster = Cluster::start()?;
     cluster.block_on(cluster.server.stop());
-    let mut agent = Agent::spawn_api(&topo, cluster.kubeconfig(), NODE, &[])?;
+    // kube-proxy's configuration file, as its ConfigMap would hold it, in
+    // the topology's own directory (removed with it).
+    let config = topo.dir.join("kube-proxy.yaml");
+    std::fs::write(
+        &config,
+        "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n\
+         mode: iptables\nconntrack: {tcpEstablishedTimeout: 2h0m0s}\n",
+    )?;
+    let config_arg = format!("--config={}", config.display());
+    let mut agent = Agent::spawn_api(&topo, cluster.kubeconfig(), NODE, &[config_arg.as_str()])?;
     // Never synced: not healthy, not live.
     let start = Instant::now();
     let (code, _) = loop {
@@ -513,6 +522,20 @@ fn metrics_and_health_endpoints_answer_like_kube_proxys() -> Result<()> {
     ensure!(m("process_open_fds")? >= 3.0);
     let (code, mode) = agent.get(agent.metrics_addr, "/proxyMode")?;
     ensure!((code, mode.as_str()) == (200, "ebpf"), "{code} {mode:?}");
+    let (code, body) = agent.get(agent.metrics_addr, "/configz")?;
+    let configz: serde_json::Value = serde_json::from_str(&body)?;
+    let c = &configz["kubeproxy.config.k8s.io"];
+    ensure!(code == 200 && c["mode"] == "ebpf", "{code} {body}");
+    ensure!(
+        c["conntrack"]["tcpEstablishedTimeout"] == "2h0m0s",
+        "{body}"
+    );
+    ensure!(c["hostnameOverride"] == NODE, "{body}");
+    agent.wait_for_log(
+        0,
+        "mode: \"iptables\" has no effect",
+        Duration::from_secs(1),
+    )?;
 
     // The node is being deleted: load balancers should stop sending new
     // traffic (/healthz), but the agent itself is fine (/livez).
