@@ -12,22 +12,21 @@
 //! `--acceleration-devices` says), vanished ones lose their pinned links.
 //!
 //! `auto` (the chart's default) matches, at every listing, each interface
-//! that carries a default route (IPv4 or IPv6) in the agent's network
+//! that carries a default route (IPv4 or IPv6, in any routing table: policy
+//! routing and VRFs keep theirs outside `main`) in the agent's network
 //! namespace, where NodePort and LoadBalancer traffic from outside arrives,
-//! and each veth (driver `veth`): the host side of pods, where the replies of
-//! translated flows arrive. In `--acceleration-devices` (and its default)
+//! and each veth (link kind `veth`): the host side of pods, where the replies
+//! of translated flows arrive. Both come from rtnetlink dumps ([`rtnl`]). In `--acceleration-devices` (and its default)
 //! `auto` means the default-route devices only, never veths.
 //!
 //! Only Ethernet devices (`ARPHRD_ETHER`) qualify: the programs parse an
 //! Ethernet header first, so on a tunnel or `lo` they would misread every
 //! packet.
-mod auto;
+mod rtnl;
 
 use std::{
     collections::{BTreeMap, HashSet},
-    ffi::CStr,
     io,
-    os::fd::{AsFd, BorrowedFd},
     time::Duration,
 };
 
@@ -109,75 +108,26 @@ pub struct Link {
     pub veth: bool,
 }
 
-/// Every interface of the calling thread's network namespace
-/// (`if_nameindex`, which asks the kernel rather than a sysfs mount that may
-/// belong to another namespace).
+/// Every interface of the calling thread's network namespace, from an
+/// rtnetlink dump (the kernel's own view, not a sysfs mount that may belong
+/// to another namespace).
 pub fn list_links() -> io::Result<Vec<Link>> {
     // Only `auto` needs the routes; an unreadable route table must not stop
     // the explicit devices from being attached.
-    let routes = auto::default_route_devices().unwrap_or_else(|e| {
+    let routes = rtnl::default_route_ifindexes().unwrap_or_else(|e| {
         tracing::warn!("cannot read the default routes for --devices=auto: {e}");
         Default::default()
     });
-    // SAFETY: plain socket(2); checked below and closed by OwnedFd.
-    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: socket(2) returned a new descriptor nobody else owns.
-    let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
-    let fd = fd.as_fd();
-    // SAFETY: if_nameindex returns an array terminated by a zero entry, freed below.
-    let head = unsafe { libc::if_nameindex() };
-    if head.is_null() {
-        return Err(io::Error::last_os_error());
-    }
-    let mut out = Vec::new();
-    let mut cur = head;
-    // SAFETY: entries up to the terminating one are valid; names are C strings.
-    unsafe {
-        while (*cur).if_index != 0 && !(*cur).if_name.is_null() {
-            let name = CStr::from_ptr((*cur).if_name)
-                .to_string_lossy()
-                .into_owned();
-            out.push(Link {
-                kind: link_type(fd, &name),
-                default_route: routes.contains(&name),
-                veth: auto::driver(fd, &name).as_deref() == Some("veth"),
-                name,
-                ifindex: (*cur).if_index,
-            });
-            cur = cur.add(1);
-        }
-        libc::if_freenameindex(head);
-    }
-    Ok(out)
-}
-
-/// `dev->type` (`ARPHRD_*`), what `/sys/class/net/<dev>/type` shows, read
-/// with `SIOCGIFHWADDR` in this namespace.
-fn link_type(fd: BorrowedFd<'_>, name: &str) -> Option<u16> {
-    let bytes = name.as_bytes();
-    if bytes.len() >= libc::IFNAMSIZ {
-        return None;
-    }
-    // SAFETY: ifreq is plain data; zero is valid.
-    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
-    for (d, s) in req.ifr_name.iter_mut().zip(bytes) {
-        *d = *s as libc::c_char;
-    }
-    // SAFETY: SIOCGIFHWADDR fills ifr_hwaddr of the ifreq we pass.
-    let rc = unsafe {
-        libc::ioctl(
-            std::os::fd::AsRawFd::as_raw_fd(&fd),
-            libc::SIOCGIFHWADDR,
-            &raw mut req,
-        )
-    };
-    // SAFETY: the union is plain data (zeroed, or written by the kernel on
-    // success); only read when the call succeeded.
-    let family = unsafe { req.ifr_ifru.ifru_hwaddr.sa_family };
-    (rc == 0).then_some(family)
+    Ok(rtnl::links()?
+        .into_iter()
+        .map(|l| Link {
+            kind: Some(l.link_type),
+            default_route: routes.contains(&l.ifindex) && l.name != "lo",
+            veth: l.kind.as_deref() == Some("veth"),
+            name: l.name,
+            ifindex: l.ifindex,
+        })
+        .collect())
 }
 
 /// Whether `dev` still exists with `ifindex`.

@@ -70,6 +70,42 @@ fn devices_get_the_program_as_the_kernel_announces_them_and_lose_it_when_they_go
     alive(&mut agent)
 }
 
+/// `--devices=auto` finds a device whose only default route lives in
+/// another routing table (policy routing, as VRFs and multi-homed nodes
+/// have it), which `/proc/net/route` never showed; it is attached as soon
+/// as the route appears, and not before.
+#[test]
+fn auto_finds_a_default_route_in_another_routing_table() -> Result<()> {
+    let topo = PacketTopology::new()?;
+    topo.add_device_without_xdp(DEV)?;
+    let mut agent =
+        PacketAgent::start(&topo, &["--devices=auto", "--device-rescan-interval", "1h"])?;
+    agent.wait_for_log_line(0, &["re-reading devices on every change"], SETTLE)?;
+    // The pods' veths are attached at the first listing; the bridge, with
+    // no default route anywhere, is not.
+    poll(SETTLE, "a veth attached", || {
+        let any_tc = std::fs::read_dir(agent.pin_dir().join("links"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|e| e.file_name().to_string_lossy().starts_with("tc-"));
+        Ok(if any_tc {
+            Ok(())
+        } else {
+            Err("no tc link yet")
+        })
+    })?;
+    let pin = agent.pin_dir().join("links").join(format!("tc-{DEV}"));
+    ensure!(!pin.exists(), "{DEV} attached without a default route");
+
+    topo.node.sh(&format!(
+        "ip route add default dev {DEV} table 100 && ip rule add from 192.0.2.0/24 table 100 \
+         && ip -6 route add default dev {DEV} table 100"
+    ))?;
+    attached(&agent)?;
+    alive(&mut agent)
+}
+
 /// Waits until the agent has pinned a tcx link on [`DEV`] running
 /// `weir_tc_ingress`.
 fn attached(agent: &PacketAgent) -> Result<()> {
