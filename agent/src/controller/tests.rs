@@ -568,28 +568,28 @@ fn kube_proxy_counts_changes_pending_ones_and_local_policies_without_endpoints()
     changes.push(Change::service(etp));
     let mut dirty = BTreeSet::new();
     ctl.handle(SourceMsg::Changes(changes), &mut dirty);
-    let text = ctl.hooks.metrics.encode();
-    for line in [
-        "kubeproxy_sync_proxy_rules_service_changes_total 2",
-        "kubeproxy_sync_proxy_rules_endpoint_changes_total 1",
-        "kubeproxy_sync_proxy_rules_service_changes_pending 2",
-        "kubeproxy_sync_proxy_rules_endpoint_changes_pending 1",
-    ] {
-        assert!(text.contains(line), "{line} missing from:\n{text}");
-    }
+    exposes(
+        &ctl,
+        &[
+            "kubeproxy_sync_proxy_rules_service_changes_total 2",
+            "kubeproxy_sync_proxy_rules_endpoint_changes_total 1",
+            "kubeproxy_sync_proxy_rules_service_changes_pending 2",
+            "kubeproxy_sync_proxy_rules_endpoint_changes_pending 1",
+        ],
+    );
 
     ctl.handle(SourceMsg::Synced { complete: true }, &mut dirty);
-    let text = ctl.hooks.metrics.encode();
-    for line in [
-        "kubeproxy_sync_proxy_rules_service_changes_pending 0",
-        "kubeproxy_sync_proxy_rules_endpoint_changes_pending 0",
-        // Both of itp's endpoints are on other nodes; etp has none at all.
-        "kubeproxy_sync_proxy_rules_no_local_endpoints_total{traffic_policy=\"internal\"} 1",
-        "kubeproxy_sync_proxy_rules_no_local_endpoints_total{traffic_policy=\"external\"} 1",
-        "kubeproxy_sync_full_proxy_rules_duration_seconds_count 1",
-    ] {
-        assert!(text.contains(line), "{line} missing from:\n{text}");
-    }
+    exposes(
+        &ctl,
+        &[
+            "kubeproxy_sync_proxy_rules_service_changes_pending 0",
+            "kubeproxy_sync_proxy_rules_endpoint_changes_pending 0",
+            // Both of itp's endpoints are on other nodes; etp has none at all.
+            "kubeproxy_sync_proxy_rules_no_local_endpoints_total{traffic_policy=\"internal\"} 1",
+            "kubeproxy_sync_proxy_rules_no_local_endpoints_total{traffic_policy=\"external\"} 1",
+            "kubeproxy_sync_full_proxy_rules_duration_seconds_count 1",
+        ],
+    );
 
     // One of itp's endpoints moves here; etp goes.
     let mut dirty = BTreeSet::new();
@@ -613,14 +613,22 @@ fn kube_proxy_counts_changes_pending_ones_and_local_policies_without_endpoints()
         &mut dirty,
     );
     ctl.sync(dirty);
+    exposes(
+        &ctl,
+        &[
+            "kubeproxy_sync_proxy_rules_no_local_endpoints_total{traffic_policy=\"internal\"} 0",
+            "kubeproxy_sync_proxy_rules_no_local_endpoints_total{traffic_policy=\"external\"} 0",
+            "kubeproxy_sync_partial_proxy_rules_duration_seconds_count 1",
+            "kubeproxy_sync_proxy_rules_service_changes_total 3",
+            "kubeproxy_sync_proxy_rules_endpoint_changes_total 2",
+        ],
+    );
+}
+
+/// Fails naming the first of `lines` missing from the controller's metrics.
+fn exposes(ctl: &Controller<FakeMaps>, lines: &[&str]) {
     let text = ctl.hooks.metrics.encode();
-    for line in [
-        "kubeproxy_sync_proxy_rules_no_local_endpoints_total{traffic_policy=\"internal\"} 0",
-        "kubeproxy_sync_proxy_rules_no_local_endpoints_total{traffic_policy=\"external\"} 0",
-        "kubeproxy_sync_partial_proxy_rules_duration_seconds_count 1",
-        "kubeproxy_sync_proxy_rules_service_changes_total 3",
-        "kubeproxy_sync_proxy_rules_endpoint_changes_total 2",
-    ] {
+    for line in lines {
         assert!(text.contains(line), "{line} missing from:\n{text}");
     }
 }
