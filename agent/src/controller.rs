@@ -263,6 +263,7 @@ impl<M: LbMaps> Controller<M> {
         for (fe, e) in self.reconciler.prune_unclaimed() {
             warn!(frontend = %fe, "cannot remove stale frontend: {}", chain(&e));
         }
+        self.reconciler.flush_labels();
         stale - self.reconciler.unclaimed()
     }
 
@@ -299,6 +300,7 @@ impl<M: LbMaps> Controller<M> {
         for id in conflicted {
             ops += self.sync_one(&id, true).unwrap_or(0);
         }
+        self.reconciler.flush_labels();
         if !self.synced {
             self.initial_ops += ops;
         }

@@ -10,12 +10,12 @@ use serde::Serialize;
 use weir_abi::{
     BACKEND_STATE_ACTIVE, BACKEND_STATE_DRAINING, BACKEND_STATE_TERMINATING, Backend,
     SCOPE_EXTERNAL, SVC_F_AFFINITY, SVC_F_EXTERNAL, SVC_F_LOCAL, SVC_F_NODEPORT, SVC_F_SRC_RANGES,
-    ServiceKey, ServiceValue, StatValue,
+    ServiceKey, ServiceValue, StatValue, SvcLabel,
 };
 
 use crate::{
     hash::HashMap,
-    maps::{self, pinned::PinnedMaps},
+    maps::{self, labels::LabelView, pinned::PinnedMaps},
     model::Protocol,
     parallel,
 };
@@ -36,6 +36,11 @@ pub enum InspectError {
 
 #[derive(Debug, PartialEq, Eq, Serialize)]
 pub struct ServiceView {
+    /// The Service port it serves and its type (`namespace`, `name`,
+    /// `port_name`, `type`), from the labels map; absent for a frontend
+    /// whose label is missing (written by an agent that had none).
+    #[serde(flatten)]
+    pub service: Option<LabelView>,
     pub vip: IpAddr,
     pub port: u16,
     pub protocol: String,
@@ -130,11 +135,19 @@ const fn state_name(state: u8) -> &'static str {
 /// kernel's walk of one takes half a second of CPU: each is read on its own
 /// thread, which then orders (services) or indexes (backends) what it read.
 pub fn read_services(maps: &PinnedMaps) -> Result<Vec<ServiceView>, maps::MapError> {
-    let (entries, backends) = parallel::both(
-        || maps.service_entries().map(sort_entries),
+    // The labels are a tenth of the entries and ride with the services.
+    let (read, backends) = parallel::both(
+        || {
+            let entries = maps.service_entries().map(sort_entries)?;
+            let labels: HashMap<u32, SvcLabel> = maps.label_entries()?.into_iter().collect();
+            Ok::<_, maps::MapError>((entries, labels))
+        },
         || maps.backend_entries().map(index_backends),
     );
-    Ok(views(&entries?, &backends?))
+    let (entries, labels) = read?;
+    let mut backends = backends?;
+    backends.labels = labels;
+    Ok(views(&entries, &backends))
 }
 
 /// One sort by the key's integers puts each frontend's master before its
@@ -153,6 +166,8 @@ struct BackendIndex {
     /// they only keep their tracked flows, and their rev-NAT id says whose
     /// they are. Indexed once: a scan per frontend is quadratic at scale.
     draining: HashMap<u32, Vec<BackendView>>,
+    /// Labels by rev-NAT id, decoded per frontend shown.
+    labels: HashMap<u32, SvcLabel>,
 }
 
 /// The frontends among `entries` (from [`sort_entries`]) in the order
@@ -206,6 +221,10 @@ fn frontends(entries: &[(ServiceKey, ServiceValue)], index: &BackendIndex) -> Ve
         draining.sort_by_key(|b| (b.ip, b.port));
         backends.extend(draining);
         out.push(ServiceView {
+            service: index
+                .labels
+                .get(&master.rev_nat_id)
+                .and_then(LabelView::decode),
             vip: IpAddr::from(k.addr),
             port: u16::from_be(k.port),
             protocol: Protocol::from_ip_proto(k.proto)
@@ -238,6 +257,7 @@ fn index_backends(backends: Vec<(u32, Backend)>) -> BackendIndex {
     BackendIndex {
         by_id: backends.into_iter().collect(),
         draining,
+        labels: HashMap::default(),
     }
 }
 
@@ -290,9 +310,13 @@ const fn scope_name(scope: u8) -> &'static str {
 
 pub fn render_table(views: &[ServiceView]) -> String {
     use std::fmt::Write as _;
-    let rows: Vec<(String, String, &ServiceView)> = views
+    let rows: Vec<(String, String, String, &ServiceView)> = views
         .iter()
         .map(|v| {
+            let service = v.service.as_ref().map_or_else(
+                || "-".to_owned(),
+                |l| format!("{} {}", l.service_port(), l.kind),
+            );
             let fe = match v.vip {
                 IpAddr::V4(_) => format!("{}:{}/{}", v.vip, v.port, v.protocol),
                 IpAddr::V6(_) => format!("[{}]:{}/{}", v.vip, v.port, v.protocol),
@@ -307,17 +331,22 @@ pub fn render_table(views: &[ServiceView]) -> String {
             if flags.is_empty() {
                 flags.push('-');
             }
-            (fe, flags, v)
+            (service, fe, flags, v)
         })
         .collect();
     // Columns as wide as their widest cell, so IPv6 frontends and long flag
     // lists never push the backends out of line.
-    let fw = rows.iter().map(|r| r.0.len()).max().unwrap_or(0).max(8);
-    let gw = rows.iter().map(|r| r.1.len()).max().unwrap_or(0).max(5);
+    let sw = rows.iter().map(|r| r.0.len()).max().unwrap_or(0).max(7);
+    let fw = rows.iter().map(|r| r.1.len()).max().unwrap_or(0).max(8);
+    let gw = rows.iter().map(|r| r.2.len()).max().unwrap_or(0).max(5);
     let mut out = String::new();
-    let _ = writeln!(out, "{:<fw$} {:<gw$} BACKENDS", "FRONTEND", "FLAGS");
-    for (fe, flags, v) in &rows {
-        let lead = format!("{fe:<fw$} {flags:<gw$}");
+    let _ = writeln!(
+        out,
+        "{:<sw$} {:<fw$} {:<gw$} BACKENDS",
+        "SERVICE", "FRONTEND", "FLAGS"
+    );
+    for (service, fe, flags, v) in &rows {
+        let lead = format!("{service:<sw$} {fe:<fw$} {flags:<gw$}");
         // Draining backends are listed but take no new connection.
         if !v.backends.iter().any(|b| b.state != "draining") {
             let _ = writeln!(out, "{lead} (none serving: connections are refused)");
@@ -333,7 +362,7 @@ pub fn render_table(views: &[ServiceView]) -> String {
                 "{lead:<w$} {} ({})",
                 std::net::SocketAddr::new(b.ip, b.port),
                 b.state,
-                w = fw + 1 + gw
+                w = sw + 1 + fw + 1 + gw
             );
         }
     }
@@ -349,11 +378,56 @@ mod tests {
 
     /// [`read_services`] of `s`.
     fn views(s: Snapshot) -> Vec<ServiceView> {
+        labelled(s, HashMap::default())
+    }
+
+    /// [`read_services`] of `s` with a labels map holding `labels`.
+    fn labelled(s: Snapshot, labels: HashMap<u32, SvcLabel>) -> Vec<ServiceView> {
         // Reversed: the maps hand entries out in hash order, not key order.
+        let mut index = index_backends(s.backends.into_iter().rev().collect());
+        index.labels = labels;
         super::views(
             &sort_entries(s.services.into_iter().rev().collect()),
-            &index_backends(s.backends.into_iter().rev().collect()),
+            &index,
         )
+    }
+
+    #[test]
+    fn frontends_show_their_service_port_and_type_and_unlabelled_ones_a_dash() {
+        let mut s = Snapshot::default();
+        for (last, rev_nat_id) in [(1, 1), (2, 2)] {
+            s.services.insert(
+                key(&format!("10.96.0.{last}"), 80, PROTO_TCP, 0),
+                ServiceValue {
+                    rev_nat_id,
+                    ..ServiceValue::default()
+                },
+            );
+        }
+        let svc = crate::model::ServiceId::new("shop", "web");
+        let labels = HashMap::from_iter([(
+            2,
+            crate::maps::labels::encode(&svc, "http", crate::model::FrontendKind::ExternalIp),
+        )]);
+        let views = labelled(s, labels);
+        let table = render_table(&views);
+        let lines: Vec<&str> = table.lines().collect();
+        assert!(lines[0].starts_with("SERVICE "), "{table}");
+        assert!(lines[1].starts_with("- "), "{table}");
+        assert!(
+            lines[2].starts_with("shop/web:http ExternalIP 10.96.0.2:80/TCP"),
+            "{table}"
+        );
+        let json = serde_json::to_value(&views).unwrap();
+        assert_eq!(json[0].get("namespace"), None);
+        assert_eq!(
+            (&json[1]["namespace"], &json[1]["name"]),
+            (&"shop".into(), &"web".into())
+        );
+        assert_eq!(
+            (&json[1]["port_name"], &json[1]["type"]),
+            (&"http".into(), &"ExternalIP".into())
+        );
     }
 
     fn key(addr: &str, port: u16, proto: u8, slot: u16) -> ServiceKey {

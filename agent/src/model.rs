@@ -225,6 +225,9 @@ pub struct DesiredFrontend {
     /// (external frontends only; on an eTP=Local frontend only its
     /// [`Scope::External`] view, the one packets pick from).
     pub maglev: Option<u32>,
+    /// The Service port's name (empty for a single unnamed port), for the
+    /// labels `inspect` shows; nothing in the datapath depends on it.
+    pub port_name: Arc<str>,
 }
 
 impl DesiredFrontend {
@@ -238,6 +241,7 @@ impl DesiredFrontend {
             affinity: None,
             source_ranges: Vec::new(),
             maglev: None,
+            port_name: Arc::from(""),
         }
     }
 }

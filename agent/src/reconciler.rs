@@ -6,8 +6,12 @@ use std::collections::{BTreeMap, BTreeSet, btree_map::Entry};
 
 use tracing::{debug, warn};
 
+mod labeling;
+use labeling::Labels;
+
 use crate::hash::HashMap;
 use crate::{
+    maps::labels,
     maps::{LbMaps, MapError, MapName, MapOp},
     model::{DesiredFrontend, Frontend, Scope, ServiceId},
     planner::{self, Allocated, FrontendImage, Ids, ImageParts, Plan},
@@ -97,6 +101,8 @@ impl ReconcileError {
 struct Held {
     image: FrontendImage,
     owner: Option<ServiceId>,
+    /// Fingerprint of the label written for it (see `labels`); 0: none.
+    label: u64,
 }
 
 pub struct Reconciler<M> {
@@ -107,12 +113,18 @@ pub struct Reconciler<M> {
     /// Restored from the maps but not yet claimed by any Service.
     unclaimed: BTreeSet<Frontend>,
     used: BTreeMap<MapName, u64>,
+    labels: Labels,
 }
 
 impl<M: LbMaps> Reconciler<M> {
     #[cfg(test)]
     pub fn maps(&self) -> &M {
         &self.maps
+    }
+
+    #[cfg(test)]
+    pub fn maps_mut(&mut self) -> &mut M {
+        &mut self.maps
     }
 
     /// Takes over whatever the maps hold: frontends become unclaimed images that
@@ -143,17 +155,73 @@ impl<M: LbMaps> Reconciler<M> {
             images: restored
                 .images
                 .into_iter()
-                .map(|(fe, image)| (fe, Held { image, owner: None }))
+                .map(|(fe, image)| {
+                    let held = Held {
+                        image,
+                        owner: None,
+                        label: 0,
+                    };
+                    (fe, held)
+                })
                 .collect(),
             by_service: HashMap::default(),
             used: BTreeMap::new(),
+            labels: Labels::new(),
         };
         for held in this.images.values() {
             for (map, n) in sizes(&held.image) {
                 *this.used.entry(map).or_default() += n;
             }
         }
+        this.restore_labels();
         Ok(this)
+    }
+
+    /// Records the labels the maps hold for restored frontends, so that a
+    /// restart with nothing changed rewrites none, and deletes the others.
+    fn restore_labels(&mut self) {
+        let mut found: HashMap<u32, u64> = HashMap::default();
+        let labels = &self.labels;
+        let read = self.maps.visit_labels(&mut |id, l| {
+            found.insert(id, labels.fingerprint(id, &l));
+        });
+        if let Err(e) = read {
+            // Every restored frontend gets its label rewritten as it syncs.
+            warn!(
+                "cannot read frontend labels: {}",
+                crate::controller::chain(&e)
+            );
+        }
+        for held in self.images.values_mut() {
+            if let Some(fp) = found.remove(&held.image.rev_nat_id) {
+                held.label = fp;
+            }
+        }
+        for id in found.into_keys() {
+            self.labels.delete(id);
+        }
+        self.labels.flush(&mut self.maps);
+    }
+
+    /// Writes the labels still waiting; the controller calls it after each
+    /// batch of Services.
+    pub fn flush_labels(&mut self) {
+        self.labels.flush(&mut self.maps);
+    }
+
+    /// Labels `service`'s frontends among `desired` that it holds.
+    fn label(&mut self, service: &ServiceId, desired: &[DesiredFrontend]) {
+        for d in desired {
+            let Some(held) = self.images.get_mut(&d.frontend) else {
+                continue;
+            };
+            if held.owner.as_ref() != Some(service) || held.image.rev_nat_id == 0 {
+                continue;
+            }
+            let label = labels::encode(service, &d.port_name, d.kind);
+            held.label = self.labels.set(held.image.rev_nat_id, label, held.label);
+        }
+        self.labels.flush_if_full(&mut self.maps);
     }
 
     /// Frontends restored from the maps that no Service has claimed yet.
@@ -244,13 +312,16 @@ impl<M: LbMaps> Reconciler<M> {
             ));
         }
 
-        match self.apply_plans(service, plans) {
+        let applied = match self.apply_plans(service, plans) {
             Err(e @ ReconcileError::MapFull { .. }) => {
                 self.refuse_new_frontends(service, desired);
                 Err(e)
             }
             other => other,
-        }
+        };
+        // Also after a failure: whatever the Service holds now is its own.
+        self.label(service, desired);
+        applied
     }
 
     /// A Service that does not fit must not leak to its VIPs unchanged: give
@@ -439,6 +510,8 @@ impl<M: LbMaps> Reconciler<M> {
         let held = Held {
             image: written,
             owner: Some(service.clone()),
+            // Unknown: the next successful sync writes it.
+            label: 0,
         };
         self.images.insert(plan.frontend, held);
     }
@@ -468,6 +541,9 @@ impl<M: LbMaps> Reconciler<M> {
     fn settle(&mut self, plan: Plan, owner: Option<&ServiceId>) {
         for op in &plan.ops {
             release_deleted(&mut self.ids, op);
+            if let MapOp::DeleteRevNat(id) = *op {
+                self.labels.delete(id);
+            }
         }
         let before = self.image(plan.frontend).map(sizes).unwrap_or_default();
         let after = plan.image.as_ref().map(sizes).unwrap_or_default();
@@ -481,7 +557,11 @@ impl<M: LbMaps> Reconciler<M> {
                         held.image = image;
                         held.owner = owner.or(held.owner.take());
                     }
-                    Entry::Vacant(e) => drop(e.insert(Held { image, owner })),
+                    Entry::Vacant(e) => drop(e.insert(Held {
+                        image,
+                        owner,
+                        label: 0,
+                    })),
                 }
             }
             None => drop(self.images.remove(&plan.frontend)),
@@ -609,5 +689,7 @@ fn apply_to_image(img: &mut ImageParts, op: &MapOp) {
     }
 }
 
+#[cfg(test)]
+mod label_tests;
 #[cfg(test)]
 mod tests;

@@ -190,6 +190,7 @@ impl Datapath {
             .default_map_pin_directory(pins.maps())
             .map_max_entries(weir_abi::MAP_SERVICES, opts.max_services)
             .map_max_entries(weir_abi::MAP_REVNAT, opts.max_services)
+            .map_max_entries(weir_abi::MAP_SVC_LABELS, opts.max_services)
             .map_max_entries(weir_abi::MAP_BACKENDS, opts.max_backends)
             .map_max_entries(weir_abi::MAP_CT_TCP, opts.ct_max)
             .map_max_entries(weir_abi::MAP_CT_UDP, opts.ct_max)
@@ -313,7 +314,7 @@ pub(super) fn fs_magic(path: &Path) -> Option<i64> {
 
 /// Key size, value size and requested capacity (where a flag sets it) of
 /// every map, as this build's ABI lays them out.
-fn expected_layouts(opts: &LoadOptions) -> [(&'static str, usize, usize, Option<u32>); 12] {
+fn expected_layouts(opts: &LoadOptions) -> [(&'static str, usize, usize, Option<u32>); 13] {
     use std::mem::size_of;
 
     use weir_abi::{
@@ -338,6 +339,12 @@ fn expected_layouts(opts: &LoadOptions) -> [(&'static str, usize, usize, Option<
             weir_abi::MAP_REVNAT,
             4,
             size_of::<RevNat>(),
+            Some(opts.max_services),
+        ),
+        (
+            weir_abi::MAP_SVC_LABELS,
+            4,
+            size_of::<weir_abi::SvcLabel>(),
             Some(opts.max_services),
         ),
         (

@@ -2,7 +2,7 @@
 //! plus a model of the socket hook's backend choice, for tests without a kernel.
 use std::{collections::BTreeMap, io};
 
-use weir_abi::{Backend, ServiceKey, ServiceValue, pick};
+use weir_abi::{Backend, ServiceKey, ServiceValue, SvcLabel, pick};
 
 use super::{Capacity, LbMaps, MapError, MapName, MapOp, Snapshot};
 
@@ -18,6 +18,12 @@ pub struct FakeMaps {
     fail_after: Option<usize>,
     /// Every operation applied, in order.
     pub log: Vec<MapOp>,
+    /// The labels map, which the plans do not write.
+    pub labels: BTreeMap<u32, SvcLabel>,
+    /// Label writes fail with EIO while set.
+    pub fail_labels: bool,
+    /// Labels written or deleted, counted one by one.
+    pub label_writes: usize,
 }
 
 impl FakeMaps {
@@ -27,6 +33,9 @@ impl FakeMaps {
             capacity,
             fail_after: None,
             log: Vec::new(),
+            labels: BTreeMap::new(),
+            fail_labels: false,
+            label_writes: 0,
         }
     }
 
@@ -163,6 +172,31 @@ impl LbMaps for FakeMaps {
 
     fn capacity(&self) -> Capacity {
         self.capacity
+    }
+
+    fn write_labels(&mut self, writes: &[(u32, Option<SvcLabel>)]) -> Result<(), MapError> {
+        if self.fail_labels {
+            return Err(MapError::Write {
+                map: MapName::Labels,
+                source: io::Error::from_raw_os_error(libc::EIO),
+            });
+        }
+        let cap = self.capacity.of(MapName::Labels);
+        self.label_writes += writes.len();
+        for (id, label) in writes {
+            match label {
+                Some(l) => insert(&mut self.labels, *id, *l, cap, MapName::Labels)?,
+                None => drop(self.labels.remove(id)),
+            }
+        }
+        Ok(())
+    }
+
+    fn visit_labels(&self, f: &mut dyn FnMut(u32, SvcLabel)) -> Result<(), MapError> {
+        for (id, l) in &self.labels {
+            f(*id, *l);
+        }
+        Ok(())
     }
 }
 

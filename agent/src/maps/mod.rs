@@ -4,13 +4,14 @@
 pub mod batch;
 pub mod dump;
 pub mod fake;
+pub mod labels;
 pub mod maglev;
 pub mod pinned;
 
 use std::net::IpAddr;
 use std::{collections::BTreeMap, fmt, io};
 
-use weir_abi::{Addr, Backend, RevNat, ServiceKey, ServiceValue, SrcRangeKey};
+use weir_abi::{Addr, Backend, RevNat, ServiceKey, ServiceValue, SrcRangeKey, SvcLabel};
 
 use crate::{model::Cidr, planner::maglev::TableSpec};
 
@@ -52,9 +53,13 @@ pub enum MapName {
     RevNat,
     SrcRanges,
     Maglev,
+    /// Not planned: the reconciler writes labels behind the plans (see
+    /// `reconciler::labels`), so it is not in [`Self::ALL`].
+    Labels,
 }
 
 impl MapName {
+    /// The maps the planner writes and the reconciler counts.
     pub const ALL: [Self; 5] = [
         Self::Services,
         Self::Backends,
@@ -71,13 +76,14 @@ impl MapName {
             Self::RevNat => weir_abi::MAP_REVNAT,
             Self::SrcRanges => weir_abi::MAP_SRC_RANGES,
             Self::Maglev => weir_abi::MAP_MAGLEV,
+            Self::Labels => weir_abi::MAP_SVC_LABELS,
         }
     }
 
     /// What lets more entries in, for users who hit the capacity.
     pub const fn remedy(self) -> &'static str {
         match self {
-            Self::Services | Self::RevNat => "raise --max-services",
+            Self::Services | Self::RevNat | Self::Labels => "raise --max-services",
             Self::Backends => "raise --max-backends",
             Self::SrcRanges => "fewer loadBalancerSourceRanges across Services",
             Self::Maglev => "raise --max-maglev-tables",
@@ -107,7 +113,8 @@ impl Capacity {
         match map {
             MapName::Services => self.services,
             MapName::Backends => self.backends,
-            MapName::RevNat => self.revnat,
+            // One label per rev-NAT id, in a map sized alike.
+            MapName::RevNat | MapName::Labels => self.revnat,
             MapName::SrcRanges => self.src_ranges,
             MapName::Maglev => self.maglev,
         }
@@ -203,6 +210,11 @@ pub trait LbMaps {
     }
     fn snapshot(&self) -> Result<Snapshot, MapError>;
     fn capacity(&self) -> Capacity;
+    /// Writes labels in order: `Some` upserts, `None` deletes (an absent
+    /// one counts as deleted).
+    fn write_labels(&mut self, writes: &[(u32, Option<SvcLabel>)]) -> Result<(), MapError>;
+    /// Calls `f` with every label, unordered, without holding them all.
+    fn visit_labels(&self, f: &mut dyn FnMut(u32, SvcLabel)) -> Result<(), MapError>;
 }
 
 #[cfg(test)]

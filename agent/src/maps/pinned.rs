@@ -6,7 +6,7 @@ use std::{
 };
 
 use aya::maps::{HashMap, LpmTrie, Map, MapData, MapError as AyaMapError, lpm_trie::Key as LpmKey};
-use weir_abi::{Backend, RevNat, ServiceKey, ServiceValue, SrcRangeKey};
+use weir_abi::{Backend, RevNat, ServiceKey, ServiceValue, SrcRangeKey, SvcLabel};
 
 use crate::parallel::both;
 
@@ -21,6 +21,7 @@ pub struct PinnedMaps {
     revnat: HashMap<MapData, u32, RevNat>,
     src_ranges: LpmTrie<MapData, SrcRangeKey, u8>,
     maglev: MaglevTables,
+    labels: HashMap<MapData, u32, SvcLabel>,
     batches: Batches,
     /// The kernel takes batch commands (5.6 and later); cleared at the
     /// first refusal, after which runs are written one element at a time.
@@ -32,6 +33,7 @@ struct Batches {
     services: Batch<ServiceKey, ServiceValue>,
     backends: Batch<u32, Backend>,
     revnat: Batch<u32, RevNat>,
+    labels: Batch<u32, SvcLabel>,
 }
 
 /// Runs shorter than this are written element by element: a batch needs its
@@ -92,16 +94,19 @@ impl PinnedMaps {
         })?;
         let maglev = MaglevTables::open(dir)?;
         let m = maglev.capacity;
+        let (labels, _, labels_fd) = open(dir, MapName::Labels)?;
         Ok(Self {
             services,
             backends,
             revnat,
             src_ranges,
             maglev,
+            labels,
             batches: Batches {
                 services: Batch::new(services_fd),
                 backends: Batch::new(backends_fd),
                 revnat: Batch::new(revnat_fd),
+                labels: Batch::new(labels_fd),
             },
             batched: true,
             capacity: Capacity {
@@ -221,20 +226,60 @@ impl LbMaps for PinnedMaps {
     fn capacity(&self) -> Capacity {
         self.capacity
     }
+
+    fn write_labels(&mut self, writes: &[(u32, Option<SvcLabel>)]) -> Result<(), MapError> {
+        let capacity = self.capacity.revnat;
+        let err = |source: io::Error| write_error(MapName::Labels, capacity, source);
+        // Order only matters within one id, and each id is written once.
+        let (upserts, deletes): (Vec<_>, Vec<_>) = writes.iter().partition(|(_, l)| l.is_some());
+        let (keys, values): (Vec<u32>, Vec<SvcLabel>) = upserts
+            .iter()
+            .filter_map(|(id, l)| l.map(|l| (*id, l)))
+            .unzip();
+        let deletes: Vec<u32> = deletes.iter().map(|(id, _)| *id).collect();
+        if self.batched {
+            self.batches
+                .labels
+                .update(&keys, &values)
+                .map_err(|(_, e)| err(e))?;
+            return self
+                .batches
+                .labels
+                .delete(&deletes)
+                .map_err(|(_, e)| err(e));
+        }
+        for (k, v) in keys.iter().zip(&values) {
+            self.labels.insert(k, v, 0).map_err(|e| err(to_io(e)))?;
+        }
+        for k in &deletes {
+            absent_ok(self.labels.remove(k)).map_err(|e| err(to_io(e)))?;
+        }
+        Ok(())
+    }
+
+    fn visit_labels(&self, f: &mut dyn FnMut(u32, SvcLabel)) -> Result<(), MapError> {
+        let read = |source| MapError::Read {
+            map: MapName::Labels,
+            source,
+        };
+        if self.batched {
+            for entry in self.batches.labels.iter() {
+                let (id, l) = entry.map_err(read)?;
+                f(id, l);
+            }
+        } else {
+            for entry in self.labels.iter() {
+                let (id, l) = entry.map_err(|e| read(to_io(e)))?;
+                f(id, l);
+            }
+        }
+        Ok(())
+    }
 }
 
 impl PinnedMaps {
     fn write_error(&self, map: MapName, source: io::Error) -> MapError {
-        // A full hash map refuses new keys with E2BIG, a full LPM trie
-        // with ENOSPC.
-        if matches!(source.raw_os_error(), Some(libc::E2BIG | libc::ENOSPC)) {
-            MapError::Full {
-                map,
-                capacity: self.capacity.of(map),
-            }
-        } else {
-            MapError::Write { map, source }
-        }
+        write_error(map, self.capacity.of(map), source)
     }
 
     /// Writes one run of operations of the same kind with one batch.
@@ -287,6 +332,11 @@ impl PinnedMaps {
         self.read_all(&self.batches.services, &self.services, MapName::Services)
     }
 
+    /// Every label, unordered.
+    pub fn label_entries(&self) -> Result<Vec<(u32, SvcLabel)>, MapError> {
+        self.read_all(&self.batches.labels, &self.labels, MapName::Labels)
+    }
+
     /// Every entry of the backends map, unordered.
     pub fn backend_entries(&self) -> Result<Vec<(u32, Backend)>, MapError> {
         self.read_all(&self.batches.backends, &self.backends, MapName::Backends)
@@ -315,6 +365,16 @@ impl PinnedMaps {
                 })
             })
             .collect()
+    }
+}
+
+fn write_error(map: MapName, capacity: u32, source: io::Error) -> MapError {
+    // A full hash map refuses new keys with E2BIG, a full LPM trie with
+    // ENOSPC.
+    if matches!(source.raw_os_error(), Some(libc::E2BIG | libc::ENOSPC)) {
+        MapError::Full { map, capacity }
+    } else {
+        MapError::Write { map, source }
     }
 }
 

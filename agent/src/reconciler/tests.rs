@@ -77,9 +77,20 @@ impl LbMaps for Shared {
     fn capacity(&self) -> Capacity {
         self.0.borrow().capacity()
     }
+
+    fn write_labels(
+        &mut self,
+        writes: &[(u32, Option<weir_abi::SvcLabel>)],
+    ) -> Result<(), MapError> {
+        self.0.borrow_mut().write_labels(writes)
+    }
+
+    fn visit_labels(&self, f: &mut dyn FnMut(u32, weir_abi::SvcLabel)) -> Result<(), MapError> {
+        self.0.borrow().visit_labels(f)
+    }
 }
 
-const ROOMY: Capacity = Capacity {
+pub(super) const ROOMY: Capacity = Capacity {
     services: 1024,
     backends: 1024,
     revnat: 1024,
@@ -188,7 +199,9 @@ fn map_full_names_the_service_and_map_and_only_refuses_its_new_frontends() {
             MapName::Services => (4, 3),
             MapName::Backends => (3, 2),
             MapName::RevNat => (1, 1),
-            MapName::SrcRanges | MapName::Maglev => unreachable!("not in this test's list"),
+            MapName::SrcRanges | MapName::Maglev | MapName::Labels => {
+                unreachable!("not in this test's list")
+            }
         };
         match &err {
             ReconcileError::MapFull {

@@ -122,6 +122,7 @@ pub fn desired(
                         Vec::new()
                     },
                     maglev: if local { None } else { table },
+                    port_name: port.name.clone(),
                 };
                 if local {
                     // Same flags, affinity and ranges; only this node's

@@ -73,6 +73,9 @@ pub const MAP_STATS: &str = "WEIR_STATS";
 /// [`maglev::MaglevKey`] (a frontend's rev-NAT id and a chunk number) to
 /// [`maglev::MaglevChunk`] (see [`maglev`]).
 pub const MAP_MAGLEV: &str = "WEIR_MAGLEV";
+/// Pin name of the frontend labels: rev-NAT id → [`SvcLabel`]. Written by
+/// the agent for `weir-agent inspect`; no program reads it.
+pub const MAP_SVC_LABELS: &str = "WEIR_SVC_LABEL";
 
 /// Default capacity of the services map: service-port entries, master and slots
 /// together, as Cilium's `lbmap` default.
@@ -280,6 +283,45 @@ pub struct RevNat {
     pub port: u16,
     /// Always zero.
     pub _pad: [u8; 2],
+}
+
+/// `SvcLabel::kind`: which field of its Service a frontend comes from.
+pub const SVC_KIND_CLUSTER_IP: u8 = 1;
+pub const SVC_KIND_NODE_PORT: u8 = 2;
+pub const SVC_KIND_EXTERNAL_IP: u8 = 3;
+pub const SVC_KIND_LOAD_BALANCER: u8 = 4;
+
+/// Bytes of [`SvcLabel::text`]: a namespace and a Service name (DNS labels,
+/// 63 bytes at most) and a port name (15) fit with room to spare.
+pub const SVC_LABEL_TEXT: usize = 156;
+
+/// Value of [`MAP_SVC_LABELS`], keyed by a `u32` rev-NAT id (host order):
+/// the Service port a frontend serves, so that `inspect` names it after an
+/// agent restart, when only the maps remain.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SvcLabel {
+    /// `SVC_KIND_*`.
+    pub kind: u8,
+    /// Lengths of the three parts of `text`, in bytes.
+    pub namespace_len: u8,
+    pub name_len: u8,
+    pub port_len: u8,
+    /// Namespace, Service name and port name, back to back, UTF-8; zero
+    /// after them.
+    pub text: [u8; SVC_LABEL_TEXT],
+}
+
+impl Default for SvcLabel {
+    fn default() -> Self {
+        Self {
+            kind: 0,
+            namespace_len: 0,
+            name_len: 0,
+            port_len: 0,
+            text: [0; SVC_LABEL_TEXT],
+        }
+    }
 }
 
 /// Key of the socket reverse-translation map: one socket talking to one backend.
@@ -654,6 +696,7 @@ mod pod {
     unsafe impl aya::Pod for super::ServiceValue {}
     unsafe impl aya::Pod for super::Backend {}
     unsafe impl aya::Pod for super::RevNat {}
+    unsafe impl aya::Pod for super::SvcLabel {}
     unsafe impl aya::Pod for super::RevSockKey {}
     unsafe impl aya::Pod for super::RevSockValue {}
     unsafe impl aya::Pod for super::SockPicks {}
@@ -683,6 +726,7 @@ mod tests {
         assert_eq!(size_of::<ServiceValue>(), 20);
         assert_eq!(size_of::<Backend>(), 24);
         assert_eq!(size_of::<RevNat>(), 20);
+        assert_eq!(size_of::<SvcLabel>(), 160);
         assert_eq!(size_of::<RevSockKey>(), 32);
         assert_eq!(size_of::<RevSockValue>(), 24);
         assert_eq!(size_of::<SockPicks>(), 116);

@@ -13,7 +13,7 @@ use weir_abi::{
     AffinityKey, AffinityValue, Backend, Config, CtKey, CtValue, DEFAULT_MAX_AFFINITY,
     DEFAULT_MAX_BACKENDS, DEFAULT_MAX_CT, DEFAULT_MAX_MAGLEV_TABLES, DEFAULT_MAX_REVSOCK,
     DEFAULT_MAX_SERVICES, DEFAULT_MAX_SRC_RANGES, RevNat, RevSockKey, RevSockValue, STAT_ENTRIES,
-    ServiceKey, ServiceValue, SockPicks, SrcRangeKey, StatValue,
+    ServiceKey, ServiceValue, SockPicks, SrcRangeKey, StatValue, SvcLabel,
     maglev::{DEFAULT_TABLE_SIZE, MaglevChunk, MaglevKey, chunks},
 };
 
@@ -36,6 +36,14 @@ pub static BACKENDS: HashMap<u32, Backend> = HashMap::pinned(DEFAULT_MAX_BACKEND
 // can use.
 #[map(name = "WEIR_REVNAT")]
 pub static REVNAT: HashMap<u32, RevNat> = HashMap::pinned(DEFAULT_MAX_SERVICES, BPF_F_NO_PREALLOC);
+
+// No program reads it: the agent writes which Service port each rev-NAT id
+// serves, and `inspect` reads it after a restart. It lives here so that it
+// is created, sized (like WEIR_REVNAT, one entry per frontend) and pinned
+// with the rest, and removed by `cleanup` with them.
+#[map(name = "WEIR_SVC_LABEL")]
+pub static SVC_LABELS: HashMap<u32, SvcLabel> =
+    HashMap::pinned(DEFAULT_MAX_SERVICES, BPF_F_NO_PREALLOC);
 
 // The kernel requires BPF_F_NO_PREALLOC for LPM tries; aya adds it.
 #[map(name = "WEIR_SRC_RANGE")]

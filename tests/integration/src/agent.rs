@@ -25,6 +25,16 @@ pub struct Agent {
 /// One frontend as `weir-agent inspect services -o json` prints it.
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 pub struct ServiceView {
+    /// The Service port and type, from the labels map; `None` when the
+    /// frontend has no label.
+    #[serde(default)]
+    pub namespace: Option<String>,
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub port_name: Option<String>,
+    #[serde(default, rename = "type")]
+    pub kind: Option<String>,
     pub vip: IpAddr,
     pub port: u16,
     pub protocol: String,

@@ -120,7 +120,46 @@ fn a_restart_rewrites_only_what_changed_while_the_agent_was_down() -> Result<()>
         (be3, manifest::READY),
     ];
     topo.write_manifest("c-slice.yaml", &manifest::slice("c-1", "c", &eps))?;
+    // Read from the pins alone, with no agent running: each frontend still
+    // names its Service port and type.
     let a_before = weir_integration::agent::inspect(&topo.pin_dir())?;
+    let named = |views: &[weir_integration::ServiceView]| -> Vec<String> {
+        let mut out: Vec<String> = views
+            .iter()
+            .map(|v| {
+                let part = |p: &Option<String>| p.clone().unwrap_or_else(|| "?".into());
+                format!(
+                    "{}:{}/{} {}/{}:{} {}",
+                    v.vip,
+                    v.port,
+                    v.protocol,
+                    part(&v.namespace),
+                    part(&v.name),
+                    part(&v.port_name),
+                    part(&v.kind)
+                )
+            })
+            .collect();
+        out.sort();
+        out
+    };
+    let labelled = |svcs: &[(&str, &str)]| -> Vec<String> {
+        let mut out: Vec<String> = svcs
+            .iter()
+            .flat_map(|(name, ip)| {
+                [
+                    format!("{ip}:53/UDP default/{name}:dns ClusterIP"),
+                    format!("{ip}:80/TCP default/{name}:http ClusterIP"),
+                ]
+            })
+            .collect();
+        out.sort();
+        out
+    };
+    assert_eq!(
+        named(&a_before),
+        labelled(&[("a", "10.96.0.1"), ("b", "10.96.0.2"), ("c", "10.96.0.3")])
+    );
     let mut agent = Agent::start(&topo, &[])?;
     let log = agent.log_text();
     assert_eq!(
@@ -136,6 +175,10 @@ fn a_restart_rewrites_only_what_changed_while_the_agent_was_down() -> Result<()>
             .collect::<Vec<_>>()
     };
     assert_eq!(fe(&views, "10.96.0.1"), fe(&a_before, "10.96.0.1"));
+    assert_eq!(
+        named(&views),
+        labelled(&[("a", "10.96.0.1"), ("c", "10.96.0.3")])
+    );
     assert!(fe(&views, "10.96.0.2").is_empty(), "{views:#?}");
     assert!(
         fe(&views, "10.96.0.3")
@@ -157,9 +200,9 @@ fn a_restart_rewrites_only_what_changed_while_the_agent_was_down() -> Result<()>
     let out = cleanup(&topo)?;
     assert_eq!(
         String::from_utf8_lossy(&out.stdout).trim(),
-        // Nine socket hooks (v4 and v6, and sock_release) and eleven maps
+        // Nine socket hooks (v4 and v6, and sock_release) and twelve maps
         // plus those links.
-        "detached 9 links, removed 21 pins"
+        "detached 9 links, removed 22 pins"
     );
     assert!(!topo.pin_dir().exists(), "pins left behind");
     assert_eq!(

@@ -285,6 +285,7 @@ fn deleting_a_service_removes_every_map_entry_and_the_vip_is_no_longer_translate
         weir_abi::MAP_SERVICES,
         weir_abi::MAP_BACKENDS,
         weir_abi::MAP_REVNAT,
+        weir_abi::MAP_SVC_LABELS,
     ] {
         let path = topo.pin_dir().join("maps").join(map);
         let entries = weir_integration::pinned_map_len(&path)?;
