@@ -561,6 +561,20 @@ pub(crate) enum Inspect {
         #[arg(short = 'o', long = "output", value_enum, default_value_t = Output::Table)]
         output: Output,
     },
+    /// One screen: the agent's health, last sync and API server contact
+    /// (asked of the running agent), the hooks and devices it attached and
+    /// each map's pressure (read from the pins).
+    Status {
+        #[command(flatten)]
+        bpffs: BpffsArg,
+        /// The agent's --metrics-addr, where it serves /statusz; an IP
+        /// alone means port 10249, and an unspecified address (0.0.0.0,
+        /// ::) is reached on loopback.
+        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:10249")]
+        agent: String,
+        #[arg(short = 'o', long = "output", value_enum, default_value_t = Output::Table)]
+        output: Output,
+    },
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]

@@ -23,6 +23,7 @@ use crate::{
 pub mod conntrack;
 pub mod json;
 pub mod stats;
+pub mod status;
 
 #[derive(Debug, thiserror::Error)]
 pub enum InspectError {

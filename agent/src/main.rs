@@ -28,6 +28,7 @@ use weir_agent::{
     telemetry::{
         Health, Metrics, conns,
         http::{self, Routes},
+        status::{SourceInfo, StatusBoard},
     },
 };
 
@@ -106,6 +107,28 @@ fn run_inspect(what: Inspect) -> Result<()> {
                 .with_context(|| format!("no conntrack maps pinned under {}", maps.display()))?;
             let views = inspect::conntrack::conntrack(&entries, ct_gc::monotonic_secs());
             print(&views, output, inspect::conntrack::render_table)
+        }
+        Inspect::Status {
+            bpffs,
+            agent,
+            output,
+        } => {
+            let mut addr = http::parse_bind_addr(&agent, 10249)
+                .ok()
+                .flatten()
+                .with_context(|| format!("--agent {agent:?} is not ip:port or an IP"))?;
+            if addr.ip().is_unspecified() {
+                addr.set_ip(match addr {
+                    std::net::SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+                    std::net::SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+                });
+            }
+            let view = inspect::status::read(&Pins::new(bpffs.path), addr);
+            match output {
+                Output::Table => print!("{}", inspect::status::render(&view)),
+                Output::Json => println!("{}", serde_json::to_string_pretty(&view)?),
+            }
+            Ok(())
         }
         Inspect::Stats { bpffs, output } => {
             let maps = Pins::new(bpffs.path).maps();
@@ -195,7 +218,21 @@ async fn run_async(
     )?;
     if let Some(l) = metrics_listener {
         let configz: Arc<str> = cli::configz(&args, &node).into();
-        tokio::spawn(http::serve(l, Routes::Metrics(metrics.clone(), configz)));
+        let board = Arc::new(StatusBoard {
+            started: std::time::SystemTime::now(),
+            node: node.clone(),
+            source: match &args.manifests {
+                Some(dir) => SourceInfo::Manifests {
+                    dir: dir.display().to_string(),
+                },
+                None => SourceInfo::Api,
+            },
+            health: health.clone(),
+            last_sync: metrics.last_sync.clone(),
+            api: metrics.rest_client.contact(),
+        });
+        let routes = Routes::Metrics(metrics.clone(), configz, board);
+        tokio::spawn(http::serve(l, routes));
     }
     if let Some(l) = healthz_listener {
         let routes = Routes::Health(health.clone(), metrics.clone());

@@ -104,6 +104,28 @@ pub fn dev_pin_name(kind: DevLink, device: &str) -> String {
     out
 }
 
+/// The device and program of a device link's pin name ([`dev_pin_name`]
+/// reversed); `None` for any other name, staging pins included.
+pub fn dev_of_pin_name(name: &str) -> Option<(DevLink, String)> {
+    let (kind, rest) = [DevLink::Tc, DevLink::Xdp]
+        .into_iter()
+        .find_map(|k| name.strip_prefix(k.prefix()).map(|r| (k, r)))?;
+    let mut out = String::new();
+    let mut rest = rest;
+    while let Some(i) = rest.find('%') {
+        out.push_str(&rest[..i]);
+        let c = match rest.get(i..i + 3)? {
+            "%2e" => '.',
+            "%25" => '%',
+            _ => return None,
+        };
+        out.push(c);
+        rest = &rest[i + 3..];
+    }
+    out.push_str(rest);
+    (!out.is_empty()).then_some((kind, out))
+}
+
 /// The socket hooks, with the program that serves each.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Hook {
@@ -188,6 +210,17 @@ mod tests {
             dev_pin_name(DevLink::Tc, "a%2eb"),
             dev_pin_name(DevLink::Tc, "a.b")
         );
+        for (kind, dev) in [
+            (DevLink::Tc, "eth0.100"),
+            (DevLink::Xdp, "a%2eb"),
+            (DevLink::Tc, "%"),
+        ] {
+            let name = dev_pin_name(kind, dev);
+            assert_eq!(dev_of_pin_name(&name), Some((kind, dev.to_owned())));
+        }
+        for other in ["connect4", "new-tc-eth0", "tc-", "tc-a%2", "xdp-a%41"] {
+            assert_eq!(dev_of_pin_name(other), None, "{other}");
+        }
         let p = Pins::new("/x");
         assert_eq!(
             p.staging_dev_link(DevLink::Tc, "eth0"),

@@ -21,7 +21,9 @@ pub struct PinnedMaps {
     revnat: HashMap<MapData, u32, RevNat>,
     src_ranges: LpmTrie<MapData, SrcRangeKey, u8>,
     maglev: MaglevTables,
-    labels: HashMap<MapData, u32, SvcLabel>,
+    /// `None` under pins an agent from before labels made: `inspect` still
+    /// reads them; an agent always has it (the loader creates it).
+    labels: Option<LabelMap>,
     batches: Batches,
     /// The kernel takes batch commands (5.6 and later); cleared at the
     /// first refusal, after which runs are written one element at a time.
@@ -33,7 +35,11 @@ struct Batches {
     services: Batch<ServiceKey, ServiceValue>,
     backends: Batch<u32, Backend>,
     revnat: Batch<u32, RevNat>,
-    labels: Batch<u32, SvcLabel>,
+}
+
+struct LabelMap {
+    map: HashMap<MapData, u32, SvcLabel>,
+    batch: Batch<u32, SvcLabel>,
 }
 
 /// Runs shorter than this are written element by element: a batch needs its
@@ -94,7 +100,15 @@ impl PinnedMaps {
         })?;
         let maglev = MaglevTables::open(dir)?;
         let m = maglev.capacity;
-        let (labels, _, labels_fd) = open(dir, MapName::Labels)?;
+        let labels = dir
+            .join(MapName::Labels.pin_name())
+            .exists()
+            .then(|| open(dir, MapName::Labels))
+            .transpose()?
+            .map(|(map, _, fd)| LabelMap {
+                map,
+                batch: Batch::new(fd),
+            });
         Ok(Self {
             services,
             backends,
@@ -106,7 +120,6 @@ impl PinnedMaps {
                 services: Batch::new(services_fd),
                 backends: Batch::new(backends_fd),
                 revnat: Batch::new(revnat_fd),
-                labels: Batch::new(labels_fd),
             },
             batched: true,
             capacity: Capacity {
@@ -237,22 +250,21 @@ impl LbMaps for PinnedMaps {
             .filter_map(|(id, l)| l.map(|l| (*id, l)))
             .unzip();
         let deletes: Vec<u32> = deletes.iter().map(|(id, _)| *id).collect();
+        let Some(labels) = self.labels.as_mut() else {
+            return Err(err(io::Error::from_raw_os_error(libc::ENOENT)));
+        };
         if self.batched {
-            self.batches
-                .labels
+            labels
+                .batch
                 .update(&keys, &values)
                 .map_err(|(_, e)| err(e))?;
-            return self
-                .batches
-                .labels
-                .delete(&deletes)
-                .map_err(|(_, e)| err(e));
+            return labels.batch.delete(&deletes).map_err(|(_, e)| err(e));
         }
         for (k, v) in keys.iter().zip(&values) {
-            self.labels.insert(k, v, 0).map_err(|e| err(to_io(e)))?;
+            labels.map.insert(k, v, 0).map_err(|e| err(to_io(e)))?;
         }
         for k in &deletes {
-            absent_ok(self.labels.remove(k)).map_err(|e| err(to_io(e)))?;
+            absent_ok(labels.map.remove(k)).map_err(|e| err(to_io(e)))?;
         }
         Ok(())
     }
@@ -262,13 +274,16 @@ impl LbMaps for PinnedMaps {
             map: MapName::Labels,
             source,
         };
+        let Some(labels) = &self.labels else {
+            return Ok(());
+        };
         if self.batched {
-            for entry in self.batches.labels.iter() {
+            for entry in labels.batch.iter() {
                 let (id, l) = entry.map_err(read)?;
                 f(id, l);
             }
         } else {
-            for entry in self.labels.iter() {
+            for entry in labels.map.iter() {
                 let (id, l) = entry.map_err(|e| read(to_io(e)))?;
                 f(id, l);
             }
@@ -332,9 +347,12 @@ impl PinnedMaps {
         self.read_all(&self.batches.services, &self.services, MapName::Services)
     }
 
-    /// Every label, unordered.
+    /// Every label, unordered; none under pins made before labels.
     pub fn label_entries(&self) -> Result<Vec<(u32, SvcLabel)>, MapError> {
-        self.read_all(&self.batches.labels, &self.labels, MapName::Labels)
+        match &self.labels {
+            Some(l) => self.read_all(&l.batch, &l.map, MapName::Labels),
+            None => Ok(Vec::new()),
+        }
     }
 
     /// Every entry of the backends map, unordered.

@@ -102,8 +102,9 @@ pub async fn bind(
 
 #[derive(Clone)]
 pub enum Routes {
-    /// `/metrics`, `/proxyMode` and `/configz` (the JSON it serves).
-    Metrics(Arc<Metrics>, Arc<str>),
+    /// `/metrics`, `/proxyMode`, `/configz` (the JSON it serves) and
+    /// `/statusz`.
+    Metrics(Arc<Metrics>, Arc<str>, Arc<super::status::StatusBoard>),
     /// `/healthz` and `/livez`.
     Health(Arc<Health>, Arc<Metrics>),
 }
@@ -196,7 +197,7 @@ fn answer<B>(routes: &Routes, req: &Request<B>) -> Response<Full<Bytes>> {
         return plain(StatusCode::METHOD_NOT_ALLOWED, "only GET\n");
     }
     match (routes, req.uri().path()) {
-        (Routes::Metrics(m, _), "/metrics") => Response::builder()
+        (Routes::Metrics(m, ..), "/metrics") => Response::builder()
             .header(
                 header::CONTENT_TYPE,
                 "application/openmetrics-text; version=1.0.0; charset=utf-8",
@@ -207,7 +208,14 @@ fn answer<B>(routes: &Routes, req: &Request<B>) -> Response<Full<Bytes>> {
         // scripts and conformance checks read it to see who proxies.
         (Routes::Metrics(..), "/proxyMode") => plain(StatusCode::OK, PROXY_MODE),
         // kube-proxy's configz: the effective configuration.
-        (Routes::Metrics(_, configz), "/configz") => Response::builder()
+        // What only the running agent knows, for `inspect status`.
+        (Routes::Metrics(_, _, board), "/statusz") => Response::builder()
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Full::new(Bytes::from(
+                serde_json::to_string(&board.status()).unwrap_or_default(),
+            )))
+            .unwrap_or_default(),
+        (Routes::Metrics(_, configz, _), "/configz") => Response::builder()
             .header(header::CONTENT_TYPE, "application/json")
             .body(Full::new(Bytes::from(configz.to_string())))
             .unwrap_or_default(),

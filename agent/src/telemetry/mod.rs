@@ -2,8 +2,9 @@
 //! kube-proxy-compatible health endpoints.
 //!
 //! ```text
-//!  controller ──observe──▶ Metrics ──▶ GET /metrics, /proxyMode (--metrics-addr)
+//!  controller ──observe──▶ Metrics ──▶ GET /metrics, /proxyMode, /configz (--metrics-addr)
 //!  kube client ──requests──▶  │  ◀── /proc/self (process_*, at each scrape)
+//!                             └─ last sync, API contact ─▶ StatusBoard ─▶ GET /statusz
 //!      │
 //!      └──queued/updated──▶ Health ◀── Node watch (deleting?)
 //!                             └──────▶ GET /healthz, /livez  (--healthz-addr)
@@ -15,6 +16,7 @@ pub mod kube_proxy;
 pub mod metrics;
 pub mod process;
 pub mod rest_client;
+pub mod status;
 
 pub use health::Health;
 pub use metrics::Metrics;

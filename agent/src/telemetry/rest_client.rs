@@ -42,6 +42,8 @@ pub struct DurationLabel {
 pub struct RestClientMetrics {
     requests: Family<RequestLabel, Counter>,
     duration: Family<DurationLabel, Histogram>,
+    /// The same requests' outcome for `/statusz`.
+    contact: std::sync::Arc<super::status::ApiContact>,
 }
 
 impl Default for RestClientMetrics {
@@ -49,6 +51,7 @@ impl Default for RestClientMetrics {
         Self {
             requests: Family::default(),
             duration: Family::new_with_constructor(|| Histogram::new(BUCKETS)),
+            contact: std::sync::Arc::default(),
         }
     }
 }
@@ -71,6 +74,7 @@ impl RestClientMetrics {
     /// One finished request: `code` is the HTTP status, or client-go's
     /// `<error>` when none came back.
     pub fn observe(&self, method: &str, host: &str, code: &str, secs: f64) {
+        self.contact.observe(code);
         self.requests
             .get_or_create(&RequestLabel {
                 code: code.to_owned(),
@@ -86,9 +90,14 @@ impl RestClientMetrics {
             .observe(secs);
     }
 
+    pub fn contact(&self) -> std::sync::Arc<super::status::ApiContact> {
+        self.contact.clone()
+    }
+
     /// The layer for a client of the API server at `host` (`host:port`, the
     /// label client-go gives).
     pub fn layer(&self, host: String) -> Layer {
+        self.contact.set_server(&host);
         Layer {
             metrics: self.clone(),
             host,

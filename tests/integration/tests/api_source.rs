@@ -245,6 +245,29 @@ fn api_server_down_for_30s_keeps_the_datapath_and_it_converges_after() -> Result
             >= 1.0,
         "the outage was seen"
     );
+    // `inspect status` tells the operator the API server is the problem.
+    let status = statusz(&agent)?;
+    let api = &status["api"];
+    ensure!(status["source"]["kind"] == "api", "{status:#}");
+    ensure!(api["server"].as_str().is_some(), "{status:#}");
+    let failed_at = api["last_error"]["at"].as_f64().unwrap_or(0.0);
+    ensure!(
+        failed_at > api["last_answer"].as_f64().unwrap_or(0.0),
+        "the failure is newer than the last answer: {status:#}"
+    );
+    let out = std::process::Command::new(weir_integration::bin("weir-agent"))
+        .args(["inspect", "status", "--agent"])
+        .arg(agent.metrics_addr.to_string())
+        .arg("--bpffs")
+        .arg(topo.pin_dir())
+        .output()?;
+    let screen = String::from_utf8_lossy(&out.stdout);
+    ensure!(
+        screen
+            .lines()
+            .any(|l| l.starts_with("Source:") && l.contains("FAILING since")),
+        "{screen}"
+    );
 
     cluster.block_on(cluster.server.restart())?;
     let returned = Instant::now();
@@ -263,7 +286,19 @@ fn api_server_down_for_30s_keeps_the_datapath_and_it_converges_after() -> Result
          {web:?} (changed slice) and {:?} (new Service) after that",
         web + late
     );
+    let status = statusz(&agent)?;
+    ensure!(
+        status["api"]["last_answer"].as_f64().unwrap_or(0.0) > failed_at,
+        "answered again: {status:#}"
+    );
     Ok(())
+}
+
+/// The agent's `/statusz`.
+fn statusz(agent: &Agent) -> Result<serde_json::Value> {
+    let (code, body) = agent.get(agent.metrics_addr, "/statusz")?;
+    ensure!(code == 200, "/statusz answered {code}: {body}");
+    Ok(serde_json::from_str(&body)?)
 }
 
 #[test]

@@ -326,3 +326,99 @@ fn maps_pinned_without_preallocation_by_an_older_agent_keep_serving() -> Result<
     assert_eq!((p.ok, p.backends.len()), (40, 2), "{p:?}");
     Ok(())
 }
+
+/// `weir-agent inspect status -o json`, asking the agent at `agent`.
+fn status(topo: &Topology, agent: std::net::SocketAddr, json: bool) -> Result<String> {
+    let mut cmd = Command::new(bin("weir-agent"));
+    cmd.args(["inspect", "status", "--agent", &agent.to_string()]);
+    if json {
+        cmd.args(["-o", "json"]);
+    }
+    let out = cmd.arg("--bpffs").arg(topo.pin_dir()).output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "inspect status: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8(out.stdout)?)
+}
+
+/// Entries of `map` in an `inspect status` JSON.
+fn entries(status: &serde_json::Value, map: &str) -> Option<u64> {
+    status["maps"]
+        .as_array()?
+        .iter()
+        .find(|m| m["name"] == map)?["entries"]
+        .as_u64()
+}
+
+#[test]
+fn inspect_status_shows_the_running_agent_then_the_pins_alone() -> Result<()> {
+    let topo = Topology::new(2)?;
+    topo.write_manifest("web.yaml", &manifest::service("web", VIP))?;
+    let eps = [
+        (topo.backend("be1").ip, manifest::READY),
+        (topo.backend("be2").ip, manifest::READY),
+    ];
+    topo.write_manifest("web-slice.yaml", &manifest::slice("web-1", "web", &eps))?;
+    let mut agent = Agent::start(&topo, &[])?;
+
+    let s: serde_json::Value = serde_json::from_str(&status(&topo, agent.metrics_addr, true)?)?;
+    let a = &s["agent"];
+    assert_eq!(a["source"]["kind"], "manifests", "{s:#}");
+    assert_eq!(
+        (&a["healthy"], &a["node_eligible"]),
+        (&true.into(), &true.into())
+    );
+    assert!(a["last_sync"].as_f64().is_some_and(|t| t > 1e9), "{s:#}");
+    assert_eq!(s["socket_hooks"].as_array().map(Vec::len), Some(9), "{s:#}");
+    // Two ports, so two frontends, each a master and a slot per backend.
+    let want = [
+        ("WEIR_SVC", 6),
+        ("WEIR_BACKEND", 4),
+        ("WEIR_REVNAT", 2),
+        ("WEIR_SVC_LABEL", 2),
+    ];
+    for (map, n) in want {
+        assert_eq!(entries(&s, map), Some(n), "{map}: {s:#}");
+    }
+    let screen = status(&topo, agent.metrics_addr, false)?;
+    for line in ["Agent:      running, weir-agent", "Health:     healthy"] {
+        assert!(screen.contains(line), "{screen}");
+    }
+
+    // With the agent gone, the pins still answer, and the screen says the
+    // agent does not.
+    let addr = agent.metrics_addr;
+    agent.stop(libc::SIGTERM)?;
+    let s: serde_json::Value = serde_json::from_str(&status(&topo, addr, true)?)?;
+    assert!(s["agent"].is_null(), "{s:#}");
+    assert!(
+        s["agent_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("refused")),
+        "{s:#}"
+    );
+    for (map, n) in want {
+        assert_eq!(entries(&s, map), Some(n), "{map}: {s:#}");
+    }
+    let screen = status(&topo, addr, false)?;
+    assert!(
+        screen.starts_with(&format!("Agent:      not answering at {addr}")),
+        "{screen}"
+    );
+
+    // Pins from an agent that made no labels: inspect reads them without
+    // names, and the next agent creates the map and names every frontend.
+    std::fs::remove_file(topo.pin_dir().join("maps").join(weir_abi::MAP_SVC_LABELS))?;
+    let views = weir_integration::agent::inspect(&topo.pin_dir())?;
+    assert_eq!(views.len(), 2);
+    assert!(views.iter().all(|v| v.name.is_none()), "{views:#?}");
+    let agent = Agent::start(&topo, &[])?;
+    let views = agent.inspect()?;
+    assert!(
+        views.iter().all(|v| v.name.as_deref() == Some("web")),
+        "{views:#?}"
+    );
+    Ok(())
+}
