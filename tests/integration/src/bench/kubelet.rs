@@ -13,7 +13,7 @@ use std::{
 use anyhow::{Context as _, Result, ensure};
 use serde_json::json;
 
-use super::record::Record;
+use super::{progress::Phase, record::Record};
 use crate::{
     containerd::Containerd,
     images::BUSYBOX,
@@ -103,7 +103,9 @@ pub fn run(opts: &KubeletOptions) -> Result<(Vec<Record>, Vec<String>)> {
 
     // 1. One pod at a time.
     let mut samples = Vec::new();
+    let progress = Phase::counted("pods started one at a time", u64::from(opts.sequential));
     for i in 0..opts.sequential {
+        progress.inc();
         let name = format!("seq-{i}");
         let took = start_and_wait(&mut k, &static_dir, &name)?;
         samples.push(took.as_secs_f64() * 1e3);
@@ -124,7 +126,9 @@ pub fn run(opts: &KubeletOptions) -> Result<(Vec<Record>, Vec<String>)> {
     ));
 
     // 2. A burst written at once.
+    drop(progress);
     let names: Vec<String> = (0..opts.burst).map(|i| format!("burst-{i}")).collect();
+    let phase = Phase::start(format!("{} pods at once, until all run", opts.burst));
     let started = Instant::now();
     for n in &names {
         write_static_pod(&static_dir, &format!("{n}.json"), &pod(n).to_string())?;
@@ -146,6 +150,7 @@ pub fn run(opts: &KubeletOptions) -> Result<(Vec<Record>, Vec<String>)> {
         }
         first_running.iter().all(Option::is_some).then_some(())
     })?;
+    drop(phase);
     let all = started.elapsed().as_secs_f64();
     record(BURST_ALL_RUNNING, opts.burst, "s", (all, all, all));
     let mut each: Vec<f64> = first_running
@@ -166,7 +171,12 @@ pub fn run(opts: &KubeletOptions) -> Result<(Vec<Record>, Vec<String>)> {
     // so what is measured is the kubelet's own relisting and probing.
     std::thread::sleep(Duration::from_secs(2));
     let before = kubelet::cpu_seconds(pid)?;
+    let phase = Phase::start(format!(
+        "idle with {} pods over {:?}",
+        opts.burst, opts.idle
+    ));
     std::thread::sleep(opts.idle);
+    drop(phase);
     let cpu = kubelet::cpu_seconds(pid)? - before;
     let rss = kubelet::rss_kib(pid)? as f64 / 1024.0;
     let window = opts.idle.as_secs_f64();

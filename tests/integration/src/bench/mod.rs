@@ -5,6 +5,7 @@ pub mod kubelet;
 pub mod lab;
 pub mod maps;
 pub mod prog_stats;
+pub mod progress;
 pub mod record;
 pub mod report;
 pub mod rules;

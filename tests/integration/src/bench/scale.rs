@@ -27,6 +27,7 @@ pub use self::feed::Source;
 use self::{agent::AgentProc, feed::Feed};
 use super::{
     maps::ServicesMap,
+    progress::Phase,
     record::{Record, WEIR_SOCKET},
     rules::{self, Svc},
 };
@@ -151,7 +152,12 @@ fn run_one(opts: &ScaleOptions, source: Source) -> Result<(Vec<Record>, Vec<Stri
     // work directory if no mount was.
     let work = WorkDir::create()?;
     let svcs = rules::synthetic(n as usize, &[]);
+    let phase = Phase::start(format!(
+        "{}: writing {n} Services × {m} endpoints",
+        source.as_str()
+    ));
     let (feed, note) = Feed::create(source, &work.path, &svcs, m)?;
+    drop(phase);
     notes.push(note);
     let bpffs = Bpffs::mount(work.path.join("bpf"))?;
     let pins = bpffs.pin_dir();
@@ -179,7 +185,9 @@ fn run_one(opts: &ScaleOptions, source: Source) -> Result<(Vec<Record>, Vec<Stri
     let mut agent = AgentProc::spawn(agent_opts()?)?;
 
     // 1. Cold start.
+    let phase = Phase::start("cold start: the agent's first sync");
     let sync = agent.wait_sync(sync_timeout)?;
+    drop(phase);
     let lab_cpu = own_cpu_seconds()? - lab_cpu;
     let (rss_kib, hwm_kib) = agent.memory_kib()?;
     let maps = agent.maps_kib()? as f64 / 1024.0;
@@ -227,7 +235,9 @@ fn run_one(opts: &ScaleOptions, source: Source) -> Result<(Vec<Record>, Vec<Stri
     // An agent that keeps working with nothing to do delays every change and
     // costs CPU on every node, so say how much an idle second costs.
     let (before, started) = (agent.cpu_seconds()?, Instant::now());
+    let phase = Phase::start(format!("idle CPU over {:?}", opts.idle));
     std::thread::sleep(opts.idle);
+    drop(phase);
     let idle_cpu = agent.cpu_seconds()? - before;
     let idle_pct = 100.0 * idle_cpu / started.elapsed().as_secs_f64();
     record(IDLE_CPU, "% of a core", idle_pct);
@@ -265,6 +275,7 @@ fn run_one(opts: &ScaleOptions, source: Source) -> Result<(Vec<Record>, Vec<Stri
         ));
     }
     if opts.burst > 0 {
+        let _phase = Phase::start(format!("a burst of {} updates", opts.burst));
         let b = burst(&map, &feed, &agent, &svcs, &mut edits, opts.burst)?;
         record(BURST_CPU, "s", b.cpu);
         record(BURST_CONVERGED, "s", b.converged);
@@ -275,7 +286,9 @@ fn run_one(opts: &ScaleOptions, source: Source) -> Result<(Vec<Record>, Vec<Stri
     }
 
     // 3. The conntrack collector at full tables.
+    let phase = Phase::start("conntrack collection at full tables");
     let gc = conntrack::measure(&pins, &agent, opts.gc_window)?;
+    drop(phase);
     let gc_pct = gc.pct_of_core_at_default();
     record(CT_GC_CPU, "% of a core", gc_pct);
     notes.push(format!(
@@ -288,7 +301,9 @@ fn run_one(opts: &ScaleOptions, source: Source) -> Result<(Vec<Record>, Vec<Stri
     ));
 
     // 4. `inspect services` over the full maps.
+    let phase = Phase::start("inspect services -o json");
     let (inspect_time, bytes) = inspect(&pins)?;
+    drop(phase);
     record(INSPECT_TIME, "s", inspect_time);
     notes.push(format!(
         "inspect services -o json: {inspect_time:.2} s, {:.1} MiB of output",
@@ -300,7 +315,9 @@ fn run_one(opts: &ScaleOptions, source: Source) -> Result<(Vec<Record>, Vec<Stri
     let mut problems = agent.problems()?;
     drop(agent);
     let mut agent = AgentProc::spawn(agent_opts()?)?;
+    let phase = Phase::start("restart with nothing changed");
     let again = agent.wait_sync(sync_timeout)?;
+    drop(phase);
     let restart = again.cold.as_secs_f64();
     let writes = map_ops(&again.fields);
     record(RESTART_SYNC, "s", restart);
@@ -652,7 +669,9 @@ fn changes(
     let n = u32::try_from(svcs.len())?;
     let mut samples = Vec::with_capacity(count as usize);
     let mut failures = 0;
+    let progress = Phase::counted("single changes", u64::from(count));
     for _ in 0..count {
+        progress.inc();
         let (i, eps) = edits.next(n);
         let svc = &svcs[i as usize];
         let want = u16::try_from(eps.len())?;
