@@ -334,9 +334,20 @@ pub struct Probe {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ProbeAction {
-    Exec { command: Vec<String> },
+    Exec {
+        command: Vec<String>,
+    },
     HttpGet(HttpGet),
-    TcpSocket { host: Option<String>, port: u16 },
+    TcpSocket {
+        host: Option<String>,
+        port: u16,
+    },
+    /// `grpc`: the gRPC health protocol's `Check` on the pod IP, for
+    /// `service` (empty: the server as a whole).
+    Grpc {
+        port: u16,
+        service: String,
+    },
 }
 
 /// `httpGet`, with a named port already resolved against the container's ports.

@@ -24,6 +24,8 @@ use weir_kubelet::cri::{CriRuntime, Runtime as _, SandboxFilter};
 
 // A directory module: cargo builds each file directly under tests/ as its own
 // test, so the shared pieces live one level down.
+#[path = "kubelet_worker/grpc_probe.rs"]
+mod grpc_probe;
 #[path = "kubelet_worker/log_rotation.rs"]
 mod log_rotation;
 #[path = "kubelet_worker/node_agent.rs"]

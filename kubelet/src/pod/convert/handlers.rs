@@ -112,9 +112,14 @@ pub(super) fn convert_probe(
             host: t.host.clone().filter(|h| !h.is_empty()),
             port: resolve_port(errs, format!("{at}.tcpSocket.port"), &t.port, ports)?,
         }
+    } else if let Some(g) = &p.grpc {
+        // A number only: the API has no named gRPC ports.
+        ProbeAction::Grpc {
+            port: port_number(errs, format!("{at}.grpc.port"), i64::from(g.port))?,
+            service: g.service.clone().unwrap_or_default(),
+        }
     } else {
-        errs.unsupported(format!("{at}.grpc"), "grpc probes");
-        return None;
+        unreachable!("one handler is set");
     };
     // The API's defaulting turns 0 into the default, so only negatives are errors.
     let num = |errs: &mut Errs, field: &str, v: Option<i32>, default: u32| match v {

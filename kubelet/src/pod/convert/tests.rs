@@ -253,7 +253,7 @@ spec:
       valueFrom: {fieldRef: {fieldPath: "metadata.labels['a']"}}
     - name: R
       valueFrom: {resourceFieldRef: {resource: limits.cpu}}
-    livenessProbe: {grpc: {port: 9000}}
+    livenessProbe: {grpc: {port: 70000}}
     readinessProbe: {httpGet: {port: 80, scheme: FTP}}
     startupProbe: {exec: {command: [x]}, successThreshold: 2}
     lifecycle: {preStop: {tcpSocket: {port: 80}}}
@@ -263,13 +263,43 @@ spec:
         "spec.containers[0].envFrom: envFrom is not supported by this kubelet",
         r#"spec.containers[0].env[0].valueFrom.fieldRef.fieldPath: field path "metadata.labels['a']" is not supported by this kubelet"#,
         "spec.containers[0].env[1].valueFrom.resourceFieldRef: resourceFieldRef is not supported by this kubelet",
-        "spec.containers[0].livenessProbe.grpc: grpc probes is not supported by this kubelet",
+        "spec.containers[0].livenessProbe.grpc.port: port 70000 is out of range 1-65535",
         r#"spec.containers[0].readinessProbe.httpGet.scheme: "FTP" is invalid: must be HTTP or HTTPS"#,
         r#"spec.containers[0].startupProbe.successThreshold: "2" is invalid: must be 1"#,
         "spec.containers[0].lifecycle.preStop.tcpSocket: tcpSocket lifecycle hooks is not supported by this kubelet",
     ] {
         assert!(errs.iter().any(|e| e == w), "missing {w:?} in {errs:#?}");
     }
+}
+
+#[test]
+fn grpc_probes_take_a_port_and_an_optional_service() {
+    let p = PodSpec::from_api(&pod(r#"
+metadata: {name: p, uid: u}
+spec:
+  containers:
+  - name: c
+    image: i
+    livenessProbe: {grpc: {port: 9000}}
+    readinessProbe: {grpc: {port: 9000, service: shop.Cart}}
+"#))
+    .unwrap();
+    let c = &p.containers[0];
+    let grpc = |probe: &Option<crate::pod::Probe>| probe.as_ref().unwrap().action.clone();
+    assert_eq!(
+        grpc(&c.liveness),
+        ProbeAction::Grpc {
+            port: 9000,
+            service: String::new()
+        }
+    );
+    assert_eq!(
+        grpc(&c.readiness),
+        ProbeAction::Grpc {
+            port: 9000,
+            service: "shop.Cart".into()
+        }
+    );
 }
 
 #[test]

@@ -1,5 +1,6 @@
 //! Running probes and HTTP hooks: httpGet on hyper's client ([`http`], as
-//! pkg/probe/http), tcpSocket as a connect (pkg/probe/tcp), and
+//! pkg/probe/http), tcpSocket as a connect (pkg/probe/tcp), grpc as the
+//! health protocol's `Check` on tonic ([`grpc`], as pkg/probe/grpc), and
 //! exec through [`ExecRunner`], which the pod worker implements with CRI
 //! `ExecSync` (pkg/probe/exec: a timeout is a failure, a runtime error unknown).
 use std::{
@@ -12,7 +13,9 @@ use tokio::net::TcpStream;
 
 use super::{ProbeAction, probe::ProbeOutcome};
 
+mod grpc;
 mod http;
+pub use grpc::grpc;
 pub use http::http_get;
 
 /// The User-Agent the kubelet's prober sends (`kube-probe/<major>.<minor>`).
@@ -73,6 +76,7 @@ pub async fn run<E: ExecRunner>(
         ProbeAction::TcpSocket { host, port } => {
             tcp_socket(host.as_deref(), target.pod_ip, *port, timeout).await
         }
+        ProbeAction::Grpc { port, service } => grpc(target.pod_ip, *port, service, timeout).await,
     }
 }
 

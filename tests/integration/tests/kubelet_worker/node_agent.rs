@@ -1,6 +1,7 @@
 //! A node agent's pod on a real containerd: host network, privilege and
 //! capabilities, hostPath types, the node's resolv.conf, a named-port probe on
-//! the node's address, and mount propagation both ways.
+//! the node's address, gRPC probes (`grpc_probe`), and mount propagation both
+//! ways.
 //!
 //! The node's mount namespace here is containerd's own (it runs under
 //! `unshare --mount`, and the root namespace's `/` is private, so nothing
@@ -267,9 +268,11 @@ fn node_agent_pods_on_the_host_network() -> Result<()> {
         let r = tokio::join!(
             node_agent_pod(&ctrd, &host, &k),
             propagation_needs_a_shared_source(&ctrd, &k),
+            super::grpc_probe::grpc_probes_follow_the_health_server(&k),
         );
         r.0.context("node agent pod")?;
         r.1.context("unshared source")?;
+        r.2.context("grpc probes")?;
         Ok(())
     })
 }
