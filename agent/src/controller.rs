@@ -631,9 +631,7 @@ impl<M: LbMaps> Controller<M> {
 }
 
 fn unix_now() -> f64 {
-    SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
+    crate::telemetry::status::unix(SystemTime::now())
 }
 
 fn reason(e: &ReconcileError) -> Reason {

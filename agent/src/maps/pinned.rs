@@ -244,12 +244,16 @@ impl LbMaps for PinnedMaps {
         let capacity = self.capacity.revnat;
         let err = |source: io::Error| write_error(MapName::Labels, capacity, source);
         // Order only matters within one id, and each id is written once.
-        let (upserts, deletes): (Vec<_>, Vec<_>) = writes.iter().partition(|(_, l)| l.is_some());
-        let (keys, values): (Vec<u32>, Vec<SvcLabel>) = upserts
-            .iter()
-            .filter_map(|(id, l)| l.map(|l| (*id, l)))
-            .unzip();
-        let deletes: Vec<u32> = deletes.iter().map(|(id, _)| *id).collect();
+        let (mut keys, mut values, mut deletes) = (Vec::new(), Vec::new(), Vec::new());
+        for &(id, label) in writes {
+            match label {
+                Some(l) => {
+                    keys.push(id);
+                    values.push(l);
+                }
+                None => deletes.push(id),
+            }
+        }
         let Some(labels) = self.labels.as_mut() else {
             return Err(err(io::Error::from_raw_os_error(libc::ENOENT)));
         };
