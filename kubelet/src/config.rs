@@ -24,6 +24,10 @@ pub struct Config {
     /// `None`: no static pods.
     pub static_pod_path: Option<PathBuf>,
     pub file_check_frequency: Duration,
+    /// `syncFrequency` (1m): how often a running pod's projected files
+    /// (ConfigMaps, Secrets, downward API, service-account tokens) are
+    /// brought up to date.
+    pub sync_frequency: Duration,
     pub cluster_dns: Vec<IpAddr>,
     /// `None`: pods get no cluster search domains.
     pub cluster_domain: Option<String>,
@@ -207,6 +211,7 @@ struct Raw {
     healthz_bind_address: Option<String>,
     static_pod_path: Option<String>,
     file_check_frequency: Option<String>,
+    sync_frequency: Option<String>,
     #[serde(rename = "clusterDNS")]
     cluster_dns: Option<Vec<String>>,
     cluster_domain: Option<String>,
@@ -360,6 +365,12 @@ fn validate(raw: Raw) -> Result<Config, Vec<FieldError>> {
         Duration::from_secs(20),
         &mut errs,
     );
+    let sync_frequency = duration(
+        "syncFrequency",
+        raw.sync_frequency,
+        Duration::from_secs(60),
+        &mut errs,
+    );
     let node_status_update_frequency = duration(
         "nodeStatusUpdateFrequency",
         raw.node_status_update_frequency,
@@ -493,6 +504,7 @@ fn validate(raw: Raw) -> Result<Config, Vec<FieldError>> {
         healthz_bind_address,
         static_pod_path: non_empty(raw.static_pod_path),
         file_check_frequency,
+        sync_frequency,
         cluster_dns,
         cluster_domain,
         resolv_conf: PathBuf::from(raw.resolv_conf.as_deref().unwrap_or("/etc/resolv.conf")),

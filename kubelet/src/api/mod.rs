@@ -17,6 +17,7 @@ mod node;
 pub mod objects;
 mod pods;
 mod sink;
+pub mod tokens;
 
 use std::{
     collections::BTreeMap,

@@ -59,12 +59,14 @@ struct Inner {
 pub struct ApiObjectCache {
     client: Client,
     inner: Mutex<Inner>,
+    tokens: super::tokens::TokenManager,
 }
 
 impl ApiObjectCache {
     /// A cache with no watches yet: they start as pods refer to objects.
     pub fn start(client: Client) -> Self {
         Self {
+            tokens: super::tokens::TokenManager::new(client.clone()),
             client,
             inner: Mutex::default(),
         }
@@ -282,7 +284,27 @@ impl ApiObjects for ApiObjectCache {
         self.lookup((ObjectKind::Secret, namespace.into(), name.into()))
     }
 
+    fn service_account_token(
+        &self,
+        pod: &crate::pod::PodSpec,
+        projection: &crate::pod::TokenProjection,
+    ) -> Result<String, String> {
+        let sa = if pod.service_account_name.is_empty() {
+            "default"
+        } else {
+            &pod.service_account_name
+        };
+        self.tokens.token(&super::tokens::TokenKey::new(
+            &pod.namespace,
+            sa,
+            &pod.name,
+            &pod.uid,
+            projection,
+        ))
+    }
+
     fn register_pod(&self, pod: &Pod) {
+        self.tokens.register_pod(pod);
         let Some(uid) = pod.metadata.uid.clone() else {
             return;
         };
@@ -306,6 +328,7 @@ impl ApiObjects for ApiObjectCache {
     }
 
     fn unregister_pod(&self, uid: &str) {
+        self.tokens.unregister_pod(uid);
         let mut inner = self.lock();
         for key in inner.pods.remove(uid).unwrap_or_default() {
             release(&mut inner, &key);

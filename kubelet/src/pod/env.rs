@@ -1,15 +1,23 @@
 //! A container's environment and `$(VAR)` expansion, as the kubelet's
 //! `makeEnvironmentVariables` (pkg/kubelet/kubelet_pods.go) and
 //! third_party/forked/golang/expansion do it.
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
-use super::{ContainerSpec, EnvValue, FieldValues};
+use super::{ContainerSpec, EnvFromKind, EnvValue, FieldValues};
 
 /// A ConfigMap or Secret key the environment needs. In standalone mode there
 /// is no API to read them from: the lookup returns `None`.
 pub trait ObjectLookup {
     fn config_map_key(&self, namespace: &str, name: &str, key: &str) -> Option<String>;
     fn secret_key(&self, namespace: &str, name: &str, key: &str) -> Option<String>;
+    /// Every key of an object, for `envFrom`: `Ok(None)` when it does not
+    /// exist, `Err` with the API's message when it cannot be read.
+    fn object(
+        &self,
+        kind: EnvFromKind,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<BTreeMap<String, Vec<u8>>>, String>;
 }
 
 /// No API server: every ConfigMap and Secret is missing.
@@ -21,6 +29,14 @@ impl ObjectLookup for NoObjects {
     }
     fn secret_key(&self, _: &str, _: &str, _: &str) -> Option<String> {
         None
+    }
+    fn object(
+        &self,
+        _: EnvFromKind,
+        _: &str,
+        _: &str,
+    ) -> Result<Option<BTreeMap<String, Vec<u8>>>, String> {
+        Err("ConfigMaps and Secrets need the API server (standalone mode)".into())
     }
 }
 
@@ -39,6 +55,30 @@ pub enum EnvError {
         name: String,
         key: String,
     },
+    /// `envFrom` names an object that does not exist and is not optional;
+    /// the kubelet's words (`configmap "x" not found`).
+    #[error("{} {name:?} not found", kind_word(*kind))]
+    NotFound { kind: EnvFromKind, name: String },
+    #[error("{} {namespace}/{name}: {message}", kind_word(*kind))]
+    Unavailable {
+        kind: EnvFromKind,
+        namespace: String,
+        name: String,
+        message: String,
+    },
+}
+
+fn kind_word(k: EnvFromKind) -> &'static str {
+    match k {
+        EnvFromKind::ConfigMap => "configmap",
+        EnvFromKind::Secret => "secret",
+    }
+}
+
+/// Names an `envFrom` key may give a variable: printable ASCII without `=`,
+/// as the API's relaxed validation (GA in 1.34) allows.
+fn is_env_var_name(name: &str) -> bool {
+    !name.is_empty() && name.bytes().all(|b| (0x20..0x7f).contains(&b) && b != b'=')
 }
 
 /// What the CRI container config gets: the environment in order, and the
@@ -48,6 +88,10 @@ pub struct Resolved {
     pub env: Vec<(String, String)>,
     pub command: Vec<String>,
     pub args: Vec<String>,
+    /// `envFrom` keys skipped as invalid variable names, each as
+    /// `kind namespace/name: key`: the kubelet's
+    /// `InvalidEnvironmentVariableNames` warning.
+    pub skipped: Vec<String>,
 }
 
 /// Resolves the environment of `c`. Each literal value may refer to the
@@ -60,6 +104,46 @@ pub fn resolve(
     let ns = values.pod.namespace.as_str();
     let mut env: Vec<(String, String)> = Vec::with_capacity(c.env.len());
     let mut known: HashMap<String, String> = HashMap::new();
+    let mut skipped = Vec::new();
+    // envFrom first, in order (a later source wins a key), then `env`,
+    // which wins over both and may refer to them.
+    for from in &c.env_from {
+        let data = match objects.object(from.kind, ns, &from.name) {
+            Ok(Some(d)) => d,
+            Ok(None) if from.optional => continue,
+            Ok(None) => {
+                return Err(EnvError::NotFound {
+                    kind: from.kind,
+                    name: from.name.clone(),
+                });
+            }
+            Err(message) => {
+                return Err(EnvError::Unavailable {
+                    kind: from.kind,
+                    namespace: ns.to_owned(),
+                    name: from.name.clone(),
+                    message,
+                });
+            }
+        };
+        for (key, value) in data {
+            let name = format!("{}{key}", from.prefix);
+            if !is_env_var_name(&name) {
+                skipped.push(format!(
+                    "{} {ns}/{}: {name}",
+                    kind_word(from.kind),
+                    from.name
+                ));
+                continue;
+            }
+            let value = String::from_utf8_lossy(&value).into_owned();
+            known.insert(name.clone(), value.clone());
+            match env.iter_mut().find(|(n, _)| *n == name) {
+                Some(slot) => slot.1 = value,
+                None => env.push((name, value)),
+            }
+        }
+    }
     for var in &c.env {
         let value = match &var.value {
             EnvValue::Literal(v) => expand(v, |name| known.get(name).cloned()),
@@ -107,6 +191,7 @@ pub fn resolve(
         command: c.command.iter().map(|s| expand(s, lookup)).collect(),
         args: c.args.iter().map(|s| expand(s, lookup)).collect(),
         env,
+        skipped,
     })
 }
 

@@ -173,6 +173,8 @@ pub struct ContainerSpec {
     pub command: Vec<String>,
     pub args: Vec<String>,
     pub working_dir: Option<String>,
+    /// `envFrom`, in order; `env` is applied after and wins.
+    pub env_from: Vec<EnvFrom>,
     pub env: Vec<EnvVar>,
     pub ports: Vec<ContainerPort>,
     /// The request/limit quantities, kept for QoS and status.
@@ -233,6 +235,21 @@ pub enum EnvValue {
         key: String,
         optional: bool,
     },
+}
+
+/// One `envFrom` entry: every key of a ConfigMap or Secret, prefixed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EnvFrom {
+    pub kind: EnvFromKind,
+    pub name: String,
+    pub prefix: String,
+    pub optional: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum EnvFromKind {
+    ConfigMap,
+    Secret,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -407,6 +424,101 @@ pub enum VolumeSource {
         default_mode: u32,
         optional: bool,
     },
+    /// `projected`: several sources written into one directory.
+    Projected {
+        sources: Vec<ProjectedSource>,
+        default_mode: u32,
+    },
+    /// `downwardAPI`: the pod's own fields as files.
+    DownwardApi {
+        items: Vec<DownwardItem>,
+        default_mode: u32,
+    },
+}
+
+impl VolumeSource {
+    /// Volumes whose files the kubelet writes (and rewrites while the pod
+    /// runs, as their sources change): mounted read-only.
+    pub fn is_projection(&self) -> bool {
+        matches!(
+            self,
+            Self::ConfigMap { .. }
+                | Self::Secret { .. }
+                | Self::Projected { .. }
+                | Self::DownwardApi { .. }
+        )
+    }
+}
+
+/// One source of a `projected` volume.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProjectedSource {
+    ConfigMap {
+        name: String,
+        items: Vec<KeyToPath>,
+        optional: bool,
+    },
+    Secret {
+        name: String,
+        items: Vec<KeyToPath>,
+        optional: bool,
+    },
+    DownwardApi {
+        items: Vec<DownwardItem>,
+    },
+    /// A token from the TokenRequest API, bound to the pod.
+    ServiceAccountToken(TokenProjection),
+}
+
+/// `serviceAccountToken`, with the API's defaults applied.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct TokenProjection {
+    /// `None`: the API server's own audiences.
+    pub audience: Option<String>,
+    pub expiration_seconds: i64,
+    pub path: String,
+}
+
+/// One file of a downwardAPI volume or source.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DownwardItem {
+    pub path: String,
+    pub mode: Option<u32>,
+    pub value: DownwardValue,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DownwardValue {
+    /// `fieldRef`: metadata.name, namespace, uid, labels, annotations, or one
+    /// label or annotation (`metadata.labels['k']`).
+    Field(DownwardField),
+    /// `resourceFieldRef`: a container's request or limit, in `divisor`
+    /// units rounded up, as the kubelet writes it.
+    Resource {
+        container: String,
+        resource: ResourceName,
+        /// The divisor in millis (CPU) or bytes (memory, storage).
+        divisor: i64,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DownwardField {
+    Name,
+    Namespace,
+    Uid,
+    Labels,
+    Annotations,
+    Label(String),
+    Annotation(String),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ResourceName {
+    LimitsCpu,
+    LimitsMemory,
+    RequestsCpu,
+    RequestsMemory,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]

@@ -34,12 +34,16 @@ use crate::{
     flow::{PodEvent, PodSource, PodsView, StatusSink},
 };
 
+mod atomic_writer;
 mod host_path;
 mod lifecycle;
 mod log_rotation;
 mod ownership;
 mod pod_dir;
 mod pod_task;
+mod projection;
+#[cfg(test)]
+mod projection_tests;
 mod run_as;
 mod spec;
 mod subpath;
@@ -75,6 +79,9 @@ pub struct WorkerConfig {
     pub resolv_conf: PathBuf,
     /// PLEG: how often the runtime state is relisted.
     pub relist_period: Duration,
+    /// How often a running pod's projected files are rewritten
+    /// (`syncFrequency`).
+    pub sync_frequency: Duration,
     /// Memory of the node, for Burstable containers' `oom_score_adj`.
     pub memory_capacity: Option<i64>,
     /// ConfigMaps and Secrets (API-server mode); `None` reports such volumes
@@ -96,6 +103,7 @@ impl WorkerConfig {
             cgroup_root: "/kubepods".into(),
             resolv_conf: config.resolv_conf.clone(),
             relist_period: Duration::from_secs(1),
+            sync_frequency: config.sync_frequency,
             memory_capacity: memory_capacity(),
             objects: None,
         }

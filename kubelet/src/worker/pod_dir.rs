@@ -61,6 +61,8 @@ pub(super) fn subpath_target(
 
 /// The plugin directory of Secret volumes, each of which is a tmpfs.
 pub(super) const SECRET_PLUGIN: &str = "kubernetes.io~secret";
+/// Projected volumes may hold Secrets and tokens: each is a tmpfs too.
+pub(super) const PROJECTED_PLUGIN: &str = "kubernetes.io~projected";
 
 /// The size limit of one Secret volume's tmpfs. A Secret holds at most
 /// 1 MiB; the rest is room for rewrites and the tmpfs's own metadata.
@@ -145,12 +147,14 @@ pub(super) fn remove(cfg: &WorkerConfig, uid: &str) -> Result<(), RemoveError> {
         dir: dir.clone(),
         source,
     })?;
-    unmount_below(&dir.join("volumes").join(SECRET_PLUGIN)).map_err(|source| {
-        RemoveError::Unmount {
-            dir: dir.clone(),
-            source,
-        }
-    })?;
+    for plugin in [SECRET_PLUGIN, PROJECTED_PLUGIN] {
+        unmount_below(&dir.join("volumes").join(plugin)).map_err(|source| {
+            RemoveError::Unmount {
+                dir: dir.clone(),
+                source,
+            }
+        })?;
+    }
     let mounts = mounts_below(&dir).map_err(|source| RemoveError::Unmount {
         dir: dir.clone(),
         source,

@@ -183,6 +183,10 @@ pub(super) struct PodTask<R> {
     /// The last config error per container that an Event was sent for.
     config_errors: BTreeMap<String, String>,
     start_time: Option<Timestamp>,
+    /// When the projected volumes were last brought up to date.
+    projected_at: Option<tokio::time::Instant>,
+    /// The last error of that, logged once.
+    projection_error: Option<String>,
     /// Kept once the sandbox is gone: a finished pod still shows its IP.
     pod_ips: Vec<IpAddr>,
     pub(super) last_status: Option<PodStatus>,
@@ -205,6 +209,8 @@ impl<R: Runtime + 'static> PodTask<R> {
             waiting: BTreeMap::new(),
             config_errors: BTreeMap::new(),
             start_time: None,
+            projected_at: None,
+            projection_error: None,
             pod_ips: Vec::new(),
             last_status: None,
             last_error: None,
@@ -389,7 +395,30 @@ impl<R: Runtime + 'static> PodTask<R> {
             self.run_probes(spec, &snap, ip).await;
         }
         self.gc(&snap).await;
+        self.refresh_projections(spec, &snap);
         Ok(snap)
+    }
+
+    /// Rewrites the ConfigMap, Secret, downwardAPI and projected volumes of a
+    /// running pod every `syncFrequency`, as the kubelet's volume manager
+    /// remounts them: edits and rotated tokens reach running containers. A
+    /// volume whose contents did not change is not written.
+    fn refresh_projections(&mut self, spec: &PodSpec, snap: &Snapshot) {
+        let now = tokio::time::Instant::now();
+        let every = self.shared.config.sync_frequency;
+        if snap.running().next().is_none()
+            || !spec.volumes.iter().any(|v| v.source.is_projection())
+            || self.projected_at.is_some_and(|at| now < at + every)
+        {
+            return;
+        }
+        self.projected_at = Some(now);
+        let errors = spec::refresh_projections(&self.shared.config, spec);
+        let msg = (!errors.is_empty()).then(|| errors.join("; "));
+        if msg.is_some() && msg != self.projection_error {
+            tracing::warn!(pod = %spec.full_name(), error = msg.as_deref().unwrap_or_default(), "cannot update projected volumes; keeping their previous contents");
+        }
+        self.projection_error = msg;
     }
 
     fn pod_ip(&self, snap: &Snapshot) -> Option<IpAddr> {

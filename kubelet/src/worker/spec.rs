@@ -10,7 +10,7 @@ use std::{
 
 use crate::{
     cri::{self, ContainerConfig, SandboxConfig},
-    pod::{self, ContainerSpec, FieldValues, KeyToPath, PodSpec, QosClass, VolumeSource, dns, env},
+    pod::{self, ContainerSpec, FieldValues, PodSpec, QosClass, VolumeSource, dns, env},
 };
 
 use super::WorkerConfig;
@@ -44,6 +44,12 @@ pub enum ContainerConfigError {
         kind: &'static str,
         namespace: String,
         name: String,
+        message: String,
+    },
+    #[error("volume {volume:?}: no token for service account {service_account:?}: {message}")]
+    Token {
+        volume: String,
+        service_account: String,
         message: String,
     },
     #[error("volume {volume:?}: key {key:?} not found in {kind} {name}")]
@@ -89,6 +95,16 @@ pub type ObjectData = Result<Option<BTreeMap<String, Vec<u8>>>, String>;
 pub trait ApiObjects: Send + Sync + 'static {
     fn config_map(&self, namespace: &str, name: &str) -> ObjectData;
     fn secret(&self, namespace: &str, name: &str) -> ObjectData;
+    /// A token for `pod`'s service account as `projection` asks, bound to
+    /// the pod; from what the implementation keeps fresh (requested when the
+    /// pod registers, renewed at 80% of its life), or why there is none.
+    fn service_account_token(
+        &self,
+        _pod: &PodSpec,
+        _projection: &pod::TokenProjection,
+    ) -> Result<String, String> {
+        Err("service-account tokens need the API server (standalone mode)".into())
+    }
     /// The pod (new or changed) refers to the objects in its spec.
     fn register_pod(&self, _pod: &k8s_openapi::api::core::v1::Pod) {}
     /// The pod's worker ended: its references go.
@@ -106,6 +122,15 @@ impl env::ObjectLookup for Lookup<'_> {
     fn secret_key(&self, ns: &str, name: &str, key: &str) -> Option<String> {
         let v = self.0?.secret(ns, name).ok()??.remove(key)?;
         Some(String::from_utf8_lossy(&v).into_owned())
+    }
+    fn object(&self, kind: pod::EnvFromKind, ns: &str, name: &str) -> ObjectData {
+        let Some(objects) = self.0 else {
+            return env::NoObjects.object(kind, ns, name);
+        };
+        match kind {
+            pod::EnvFromKind::ConfigMap => objects.config_map(ns, name),
+            pod::EnvFromKind::Secret => objects.secret(ns, name),
+        }
     }
 }
 
@@ -227,6 +252,15 @@ pub fn container_config(i: &ContainerInputs<'_>) -> Result<ContainerConfig, Cont
         host_ip: cfg.node_ip,
     };
     let resolved = env::resolve(c, &values, &Lookup(cfg.objects.as_deref()))?;
+    if !resolved.skipped.is_empty() {
+        // The kubelet's InvalidEnvironmentVariableNames warning.
+        tracing::warn!(
+            pod = %pod.full_name(),
+            container = %c.name,
+            keys = ?resolved.skipped,
+            "envFrom keys skipped: they are not valid environment variable names"
+        );
+    }
     let mounts = mounts(cfg, pod, c)?;
     let r = c.linux_resources();
     let memory_capacity = cfg.memory_capacity.unwrap_or(0);
@@ -398,11 +432,7 @@ fn mounts(
             }
             None => host,
         };
-        let read_only = m.read_only
-            || matches!(
-                v.source,
-                VolumeSource::ConfigMap { .. } | VolumeSource::Secret { .. }
-            );
+        let read_only = m.read_only || v.source.is_projection();
         out.push(cri::Mount {
             host_path: host,
             container_path: PathBuf::from(&m.mount_path),
@@ -436,32 +466,28 @@ fn volume_path(
         VolumeSource::HostPath { path, kind } => {
             super::host_path::check(name, Path::new(path), *kind)
         }
-        VolumeSource::ConfigMap {
-            name: object,
-            items,
-            default_mode,
-            optional,
-        } => {
-            let dir = dir("kubernetes.io~configmap")?;
-            let data = object_data(cfg, "ConfigMap", name, pod, object, *optional)?;
-            project(name, "ConfigMap", object, &dir, data, items, *default_mode)?;
-            fs_group_owns(pod, name, &dir, true)?;
-            Ok(dir)
-        }
-        VolumeSource::Secret {
-            name: object,
-            items,
-            default_mode,
-            optional,
-        } => {
-            let dir = dir(super::pod_dir::SECRET_PLUGIN)?;
-            let data = object_data(cfg, "Secret", name, pod, object, *optional)?;
-            super::pod_dir::secret_tmpfs(&dir).map_err(io_err(name, &dir))?;
-            project(name, "Secret", object, &dir, data, items, *default_mode)?;
+        VolumeSource::ConfigMap { .. }
+        | VolumeSource::Secret { .. }
+        | VolumeSource::Projected { .. }
+        | VolumeSource::DownwardApi { .. } => {
+            let plugin = super::projection::plugin(source).unwrap_or("kubernetes.io~unknown");
+            let dir = dir(plugin)?;
+            super::projection::write(cfg, pod, name, source, &dir)?;
             fs_group_owns(pod, name, &dir, true)?;
             Ok(dir)
         }
     }
+}
+
+/// Brings every projection volume of `pod` up to date (see
+/// `PodTask::refresh_projections`); what failed, each naming its volume.
+pub(super) fn refresh_projections(cfg: &WorkerConfig, pod: &PodSpec) -> Vec<String> {
+    pod.volumes
+        .iter()
+        .filter(|v| v.source.is_projection())
+        .filter_map(|v| volume_path(cfg, pod, &v.name, &v.source).err())
+        .map(|e| e.to_string())
+        .collect()
 }
 
 /// `fsGroup` ownership of one of the pod's own volumes. Projected volumes
@@ -482,87 +508,6 @@ fn fs_group_owns(
         return Ok(());
     }
     super::ownership::set_volume_ownership(dir, gid, readonly).map_err(io_err(volume, dir))
-}
-
-fn object_data(
-    cfg: &WorkerConfig,
-    kind: &'static str,
-    volume: &str,
-    pod: &PodSpec,
-    object: &str,
-    optional: bool,
-) -> Result<BTreeMap<String, Vec<u8>>, ContainerConfigError> {
-    let Some(objects) = cfg.objects.as_deref() else {
-        return Err(ContainerConfigError::NeedsApi {
-            volume: volume.to_owned(),
-            kind,
-        });
-    };
-    let found = match kind {
-        "Secret" => objects.secret(&pod.namespace, object),
-        _ => objects.config_map(&pod.namespace, object),
-    };
-    match found {
-        Ok(Some(d)) => Ok(d),
-        Ok(None) if optional => Ok(BTreeMap::new()),
-        Err(message) => Err(ContainerConfigError::ObjectUnavailable {
-            volume: volume.to_owned(),
-            kind,
-            namespace: pod.namespace.clone(),
-            name: object.to_owned(),
-            message,
-        }),
-        Ok(None) => Err(ContainerConfigError::ObjectNotFound {
-            volume: volume.to_owned(),
-            kind,
-            namespace: pod.namespace.clone(),
-            name: object.to_owned(),
-        }),
-    }
-}
-
-/// Writes the keys (all, or `items`) as files under `dir`.
-fn project(
-    volume: &str,
-    kind: &'static str,
-    object: &str,
-    dir: &Path,
-    mut data: BTreeMap<String, Vec<u8>>,
-    items: &[KeyToPath],
-    default_mode: u32,
-) -> Result<(), ContainerConfigError> {
-    use std::os::unix::fs::PermissionsExt as _;
-    std::fs::create_dir_all(dir).map_err(io_err(volume, dir))?;
-    let files: Vec<(String, Vec<u8>, u32)> = if items.is_empty() {
-        std::mem::take(&mut data)
-            .into_iter()
-            .map(|(k, v)| (k, v, default_mode))
-            .collect()
-    } else {
-        let mut files = Vec::new();
-        for it in items {
-            let Some(v) = data.get(&it.key) else {
-                return Err(ContainerConfigError::KeyNotFound {
-                    volume: volume.to_owned(),
-                    kind,
-                    name: object.to_owned(),
-                    key: it.key.clone(),
-                });
-            };
-            files.push((it.path.clone(), v.clone(), it.mode.unwrap_or(default_mode)));
-        }
-        files
-    };
-    for (rel, bytes, mode) in files {
-        let p = crate::safe_path::join_relative(dir, "items path", &rel)?;
-        if let Some(parent) = p.parent() {
-            std::fs::create_dir_all(parent).map_err(io_err(volume, parent))?;
-        }
-        std::fs::write(&p, bytes).map_err(io_err(volume, &p))?;
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode))
-            .map_err(io_err(volume, &p))?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -57,6 +57,7 @@ fn config() -> WorkerConfig {
         cgroup_root: "/kubepods".into(),
         resolv_conf: "/nonexistent".into(),
         relist_period: Duration::from_secs(1),
+        sync_frequency: Duration::from_secs(60),
         memory_capacity: Some(1 << 30),
         objects: None,
     }

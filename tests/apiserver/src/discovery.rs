@@ -126,6 +126,13 @@ pub fn resource_list(group: &str, version: &str) -> Option<Value> {
                 "group": "policy", "version": "v1", "kind": "Eviction", "verbs": ["create"],
             }));
         }
+        if r.group.is_empty() && r.plural == "serviceaccounts" {
+            list.push(json!({
+                "name": "serviceaccounts/token", "singularName": "", "namespaced": true,
+                "group": "authentication.k8s.io", "version": "v1", "kind": "TokenRequest",
+                "verbs": ["create"],
+            }));
+        }
     }
     if list.is_empty() {
         return None;

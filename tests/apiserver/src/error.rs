@@ -9,6 +9,8 @@ use crate::resources::ResourceDef;
 pub enum Error {
     #[error("cannot generate certificates: {0}")]
     Certificate(#[from] rcgen::Error),
+    #[error("cannot generate the service-account signing key")]
+    SigningKey,
     #[error("cannot build the TLS configuration: {0}")]
     Tls(#[from] rustls::Error),
     #[error("cannot build the client certificate verifier: {0}")]

@@ -293,6 +293,23 @@ pub fn evict(state: &State, r: &ApiRequest) -> Reply {
     Ok(json_response(201, &status))
 }
 
+/// `POST serviceaccounts/{name}/token`. Nothing is stored, so dryRun has
+/// nothing to skip.
+pub fn token_request(state: &State, r: &ApiRequest) -> Reply {
+    let body = body_json(r)?;
+    let inner = state.store.lock();
+    let out = crate::tokens::request(
+        &inner,
+        &state.service_account_key,
+        state.max_token_expiration,
+        r.ns(),
+        name(r),
+        body,
+    )?;
+    drop(inner);
+    Ok(json_response(201, &out))
+}
+
 pub fn create(state: &State, r: &ApiRequest) -> Reply {
     let obj = body_json(r)?;
     let created = with_store(state, r, |inner| {

@@ -32,10 +32,12 @@ mod resources;
 mod selectors;
 mod semantics;
 mod server;
+mod serviceaccounts;
 mod services;
 mod store;
 mod table;
 mod tls;
+mod tokens;
 mod watch;
 
 pub use error::{ApiError, Error};

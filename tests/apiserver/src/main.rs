@@ -25,6 +25,10 @@ struct Cli {
     /// Extra DNS names or IPs for the serving certificate.
     #[arg(long = "san")]
     sans: Vec<String>,
+    /// Longest lifetime, in seconds, of a service-account token from a
+    /// TokenRequest (any value; kube-apiserver wants at least 3600).
+    #[arg(long = "service-account-max-token-expiration", value_name = "SECS")]
+    max_token_expiration: Option<u64>,
 }
 
 #[tokio::main]
@@ -40,6 +44,7 @@ async fn main() -> anyhow::Result<()> {
         history_limit: cli.history_limit,
         extra_sans: cli.sans,
         kubeconfig: Some(cli.kubeconfig.clone()),
+        max_token_expiration: cli.max_token_expiration.map(Duration::from_secs),
     })
     .await?;
     eprintln!(

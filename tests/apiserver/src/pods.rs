@@ -58,6 +58,21 @@ pub fn defaults(pod: &mut Value) {
     ] {
         spec.entry(k).or_insert(v);
     }
+    // v1's deprecated alias: read when the real field is empty, always
+    // written back equal to it (upstream's conversion does both).
+    let alias = spec
+        .get("serviceAccount")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let account = match spec.get("serviceAccountName").and_then(Value::as_str) {
+        Some(a) if !a.is_empty() => a.to_string(),
+        _ => alias,
+    };
+    if !account.is_empty() {
+        spec.insert("serviceAccountName".into(), json!(account));
+        spec.insert("serviceAccount".into(), json!(account));
+    }
     for list in ["initContainers", "containers"] {
         for c in spec
             .get_mut(list)

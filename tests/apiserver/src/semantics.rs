@@ -8,7 +8,7 @@ use crate::{
     patch::{self, PatchType},
     pods,
     resources::{self, ResourceDef},
-    services,
+    serviceaccounts, services,
     store::Inner,
 };
 
@@ -16,7 +16,8 @@ pub fn now() -> String {
     timestamp(jiff::Timestamp::now())
 }
 
-fn timestamp(t: jiff::Timestamp) -> String {
+/// RFC 3339 in UTC with seconds, as `metav1.Time` marshals.
+pub fn timestamp(t: jiff::Timestamp) -> String {
     t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
@@ -28,7 +29,7 @@ pub fn name_of(obj: &Value) -> &str {
     meta(obj)["name"].as_str().unwrap_or_default()
 }
 
-fn random_suffix() -> String {
+pub fn random_suffix() -> String {
     // The alphabet of apimachinery's rand.String: no vowels, no look-alikes.
     const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
     uuid::Uuid::new_v4().as_bytes()[..5]
@@ -134,8 +135,12 @@ pub fn create(
     if res.generation {
         m.insert("generation".into(), json!(1));
     }
-    defaults_on_create(inner, res, &name, &mut obj)?;
-    Ok(inner.put(res, ns, &name, obj))
+    defaults_on_create(inner, res, ns, &name, &mut obj)?;
+    let created = inner.put(res, ns, &name, obj);
+    if res.id() == resources::namespaces().id() {
+        serviceaccounts::populate(inner, &name);
+    }
+    Ok(created)
 }
 
 /// Names are DNS-1123 subdomains; Namespaces and Services (which become DNS
@@ -171,6 +176,7 @@ fn validate_name(res: &ResourceDef, name: &str) -> Result<(), ApiError> {
 fn defaults_on_create(
     inner: &Inner,
     res: &ResourceDef,
+    ns: &str,
     name: &str,
     obj: &mut Value,
 ) -> Result<(), ApiError> {
@@ -181,9 +187,11 @@ fn defaults_on_create(
             obj["status"] = json!({"phase": "Active"});
         }
         ("", "pods") => {
-            pods::validate(res, name, obj)?;
+            // Upstream's order: defaulting, mutating admission, validation.
             pods::defaults(obj);
+            serviceaccounts::admit_pod(inner, ns, name, obj)?;
             pods::admit(obj);
+            pods::validate(res, name, obj)?;
             let qos = if pods::has_resources(obj) {
                 "Burstable"
             } else {
@@ -553,9 +561,9 @@ pub fn delete(
         }
         return Ok(Deleted::Pending(obj));
     }
-    Ok(Deleted::Gone(
-        inner.remove(res, ns, name, None).unwrap_or(obj),
-    ))
+    let gone = inner.remove(res, ns, name, None).unwrap_or(obj);
+    serviceaccounts::after_delete(inner, res, ns, name);
+    Ok(Deleted::Gone(gone))
 }
 
 /// Deletes a namespace and everything in it at once; the real namespace
@@ -576,7 +584,8 @@ fn delete_namespace(inner: &mut Inner, name: &str) -> Value {
     gone
 }
 
-/// The namespaces every cluster starts with.
+/// The namespaces every cluster starts with (each with what the
+/// controllers add to a namespace, see `serviceaccounts::populate`).
 pub fn bootstrap(inner: &mut Inner) {
     for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
         let obj = json!({"metadata": {"name": ns}});

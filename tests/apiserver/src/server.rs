@@ -36,6 +36,10 @@ pub struct Options {
     pub extra_sans: Vec<String>,
     /// Where to write the kubeconfig; a fresh temporary directory if `None`.
     pub kubeconfig: Option<PathBuf>,
+    /// `--service-account-max-token-expiration`: TokenRequests asking for
+    /// longer get this. Any value is taken (kube-apiserver wants at least an
+    /// hour), so tests can see tokens rotate.
+    pub max_token_expiration: Option<Duration>,
 }
 
 impl Default for Options {
@@ -46,6 +50,7 @@ impl Default for Options {
             history_limit: 10_000,
             extra_sans: Vec::new(),
             kubeconfig: None,
+            max_token_expiration: None,
         }
     }
 }
@@ -66,7 +71,7 @@ pub struct TestApiServer {
     /// The temporary directory holding the kubeconfig, removed on drop.
     temp_dir: Option<PathBuf>,
     running: Mutex<Option<Running>>,
-    requests: Arc<Mutex<Vec<String>>>,
+    requests: Arc<Mutex<Vec<http::Audit>>>,
 }
 
 fn bind(addr: SocketAddr) -> Result<TcpListener, Error> {
@@ -95,7 +100,11 @@ impl TestApiServer {
             source,
         })?;
         let store = Arc::new(Store::new(options.history_limit));
-        semantics::bootstrap(&mut store.lock());
+        {
+            let mut inner = store.lock();
+            inner.set_root_ca(&pki.ca_pem);
+            semantics::bootstrap(&mut inner);
+        }
         let (kubeconfig_path, temp_dir) = match &options.kubeconfig {
             Some(p) => (p.clone(), None),
             None => {
@@ -128,6 +137,8 @@ impl TestApiServer {
         let state = Arc::new(http::State {
             store: self.store.clone(),
             token: self.pki.token.clone(),
+            service_account_key: self.pki.service_account_key.clone(),
+            max_token_expiration: self.options.max_token_expiration,
             bookmark_interval: self.options.bookmark_interval,
             server_addr: self.addr.to_string(),
             shutdown: rx.clone(),
@@ -143,7 +154,22 @@ impl TestApiServer {
         self.requests
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .clone()
+            .iter()
+            .map(|a| a.request.clone())
+            .collect()
+    }
+
+    /// [`requests`](Self::requests) with who made each: `(user, request)`.
+    /// The user is `weir-test-admin` for the client certificate,
+    /// `weir-test-token` for the static token and
+    /// `system:serviceaccount:NS:NAME` for a service-account token.
+    pub fn requests_by_user(&self) -> Vec<(String, String)> {
+        self.requests
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|a| (a.user.clone(), a.request.clone()))
+            .collect()
     }
 
     /// The address actually listened on.
@@ -188,8 +214,26 @@ impl TestApiServer {
         &self.pki.token
     }
 
+    /// The PEM of the CA that signs the serving certificate: what the
+    /// kubeconfig trusts and every namespace's `kube-root-ca.crt` holds.
     pub fn ca_pem(&self) -> &str {
         &self.pki.ca_pem
+    }
+
+    /// The public half of the service-account signing key, PEM (what
+    /// `--service-account-key-file` would hold), for checking tokens.
+    pub fn service_account_public_key_pem(&self) -> String {
+        self.pki.service_account_key.public_key_pem()
+    }
+
+    /// The `kid` in the header of the service-account tokens this server signs.
+    pub fn service_account_key_id(&self) -> &str {
+        self.pki.service_account_key.kid()
+    }
+
+    /// The `iss` of those tokens, also their default audience.
+    pub fn service_account_issuer(&self) -> &'static str {
+        crate::tokens::ISSUER
     }
 
     /// A kube-rs client built from the kubeconfig, over HTTPS with the client

@@ -153,6 +153,9 @@ pub struct Inner {
     compacted: u64,
     history_limit: usize,
     tx: broadcast::Sender<Arc<Event>>,
+    /// The PEM of the CA that signs the serving certificate, which every
+    /// namespace's `kube-root-ca.crt` carries.
+    root_ca: Arc<str>,
 }
 
 pub struct Store {
@@ -175,6 +178,7 @@ impl Store {
                 compacted: 1,
                 history_limit: history_limit.max(1),
                 tx,
+                root_ca: Arc::from(""),
             }),
         }
     }
@@ -199,7 +203,16 @@ impl Inner {
             compacted: self.compacted,
             history_limit: self.history_limit,
             tx: broadcast::channel(1).0,
+            root_ca: self.root_ca.clone(),
         }
+    }
+
+    pub fn set_root_ca(&mut self, pem: &str) {
+        self.root_ca = Arc::from(pem);
+    }
+
+    pub fn root_ca(&self) -> &str {
+        &self.root_ca
     }
 
     pub fn last_applied(&self, (uid, manager, status): &ApplyKey) -> Option<&Value> {

@@ -1,5 +1,6 @@
-//! A throwaway PKI (CA, serving certificate, admin client certificate), the
-//! rustls server configuration, and the kubeconfig clients use.
+//! A throwaway PKI (CA, serving certificate, admin client certificate,
+//! service-account signing key), the rustls server configuration, and the
+//! kubeconfig clients use.
 use std::{net::IpAddr, sync::Arc};
 
 use base64::Engine as _;
@@ -13,7 +14,7 @@ use rustls::{
     server::WebPkiClientVerifier,
 };
 
-use crate::error::Error;
+use crate::{error::Error, tokens::SigningKey};
 
 /// Everything a client needs to trust and authenticate to the server.
 pub struct Pki {
@@ -24,6 +25,9 @@ pub struct Pki {
     pub client_cert_pem: String,
     pub client_key_pem: String,
     pub token: String,
+    /// Signs and verifies service-account tokens; kept for the server's
+    /// life, so tokens stay valid across a restart.
+    pub service_account_key: Arc<SigningKey>,
 }
 
 impl Pki {
@@ -84,6 +88,7 @@ impl Pki {
             client_cert_pem: client_cert.pem(),
             client_key_pem: client_key.serialize_pem(),
             token: uuid::Uuid::new_v4().simple().to_string(),
+            service_account_key: Arc::new(SigningKey::generate()?),
         })
     }
 

@@ -394,6 +394,8 @@ async fn selectors_and_pagination() {
     api.create(&PostParams::default(), &cm("other", "v", &[("app", "db")]))
         .await
         .unwrap();
+    // Like every namespace, default also holds kube-root-ca.crt (no labels),
+    // between c6 and "other".
     let count = |lp: ListParams| {
         let api = api.clone();
         async move { api.list(&lp).await.unwrap().items.len() }
@@ -403,16 +405,16 @@ async fn selectors_and_pagination() {
         count(ListParams::default().labels("app==web,tier=fe")).await,
         4
     );
-    assert_eq!(count(ListParams::default().labels("tier!=fe")).await, 4);
+    assert_eq!(count(ListParams::default().labels("tier!=fe")).await, 5);
     assert_eq!(
         count(ListParams::default().labels("tier in (fe,be)")).await,
         7
     );
     assert_eq!(
         count(ListParams::default().labels("app notin (web)")).await,
-        1
+        2
     );
-    assert_eq!(count(ListParams::default().labels("!tier")).await, 1);
+    assert_eq!(count(ListParams::default().labels("!tier")).await, 2);
     assert_eq!(count(ListParams::default().labels("tier")).await, 7);
     assert_eq!(
         count(ListParams::default().fields("metadata.name=c3")).await,
@@ -420,7 +422,7 @@ async fn selectors_and_pagination() {
     );
     assert_eq!(
         count(ListParams::default().fields("metadata.name!=c3,metadata.namespace=default")).await,
-        7
+        8
     );
     let err = api
         .list(&ListParams::default().fields("spec.nodeName=x"))
@@ -428,7 +430,7 @@ async fn selectors_and_pagination() {
         .unwrap_err();
     assert_eq!(code(err), 400);
 
-    // Pages of 3 over 8 objects.
+    // Pages of 3 over 9 objects.
     let mut names = Vec::new();
     let mut lp = ListParams::default().limit(3);
     let mut pages = 0;
@@ -447,13 +449,13 @@ async fn selectors_and_pagination() {
     assert_eq!(pages, 3);
     // The later pages' counts come from the first page's, as etcd's come
     // from the list's snapshot.
-    assert_eq!(counts, [Some(5), Some(2), None]);
-    assert_eq!(names.len(), 8);
+    assert_eq!(counts, [Some(6), Some(3), None]);
+    assert_eq!(names.len(), 9);
     let mut sorted = names.clone();
     sorted.dedup();
-    assert_eq!(sorted.len(), 8);
+    assert_eq!(sorted.len(), 9);
     let first = api.list(&ListParams::default().limit(3)).await.unwrap();
-    assert_eq!(first.metadata.remaining_item_count, Some(5));
+    assert_eq!(first.metadata.remaining_item_count, Some(6));
     // On the wire, as from a real server: the list has type meta, its
     // items do not.
     let raw = client
@@ -501,7 +503,7 @@ async fn selectors_and_pagination() {
         }
     };
     assert_eq!(pages_of(3).await, [3, 3, 1]);
-    // c6 is the last object with a tier; "other", after it, has none.
+    // c6 is the last object with a tier; the two after it have none.
     assert_eq!(pages_of(7).await, [7, 0]);
 
     // Pod field selector.

@@ -247,7 +247,13 @@ async fn reflector_follows_changes_and_survives_an_outage() {
         ready(value("after").as_deref() == Some("1") && value("a").as_deref() == Some("3"))
     })
     .await;
-    assert_eq!(reader.state().len(), 2);
+    let mut names: Vec<String> = reader
+        .state()
+        .iter()
+        .filter_map(|c| c.metadata.name.clone())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["a", "after", "kube-root-ca.crt"]);
     task.abort();
 }
 
@@ -399,7 +405,8 @@ async fn streaming_list_sends_initial_events_then_a_bookmark() {
             _ => {}
         }
     }
-    assert_eq!(initial, ["a", "b"]);
+    // kube-root-ca.crt is in every namespace.
+    assert_eq!(initial, ["a", "b", "kube-root-ca.crt"]);
     api.create(&PostParams::default(), &cm("c", "1", &[]))
         .await
         .unwrap();

@@ -43,6 +43,15 @@ impl Cluster {
     /// Like [`Self::start`], with extra DNS names in the serving certificate,
     /// for clients that reach the server by a name.
     pub fn start_with_names(names: &[&str]) -> Result<Self> {
+        Self::start_with(Options {
+            extra_sans: names.iter().map(|n| (*n).to_owned()).collect(),
+            ..Options::default()
+        })
+    }
+
+    /// Like [`Self::start`] with server options of the test's own (the
+    /// bookmark interval is always 1 s).
+    pub fn start_with(options: Options) -> Result<Self> {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -50,8 +59,7 @@ impl Cluster {
         let (server, client) = rt.block_on(async {
             let server = TestApiServer::start(Options {
                 bookmark_interval: Duration::from_secs(1),
-                extra_sans: names.iter().map(|n| (*n).to_owned()).collect(),
-                ..Options::default()
+                ..options
             })
             .await?;
             let client = server.client().await?;

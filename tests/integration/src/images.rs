@@ -145,6 +145,12 @@ pub fn base(layer: &mut Layer) -> Result<()> {
 
 /// busybox-static's binary with a /bin symlink per applet it lists.
 pub fn busybox() -> Result<Image> {
+    busybox_plus(BUSYBOX, &[])
+}
+
+/// [`busybox`] named `name`, with more files (path, mode, contents) in its
+/// layer: a tool a test runs inside a pod.
+pub fn busybox_plus(name: &str, files: &[(&str, u32, &[u8])]) -> Result<Image> {
     let bin = std::fs::read(BUSYBOX_BIN)
         .with_context(|| format!("reading {BUSYBOX_BIN} (apt-get install busybox-static)"))?;
     let out = Command::new(BUSYBOX_BIN).arg("--list").output()?;
@@ -169,8 +175,11 @@ pub fn busybox() -> Result<Image> {
     for a in &applets {
         layer.symlink(&format!("bin/{a}"), "busybox")?;
     }
+    for (path, mode, data) in files {
+        layer.file(path, *mode, data)?;
+    }
     Ok(Image {
-        name: BUSYBOX.into(),
+        name: name.into(),
         layer: layer.finish()?,
         cmd: vec!["sh".into()],
         ..Image::default()

@@ -292,6 +292,7 @@ address: 127.0.0.1
     }
     text.push_str(&format!(
         "fileCheckFrequency: 2s
+syncFrequency: 2s
 clusterDNS: [10.96.0.10]
 clusterDomain: cluster.local
 nodeStatusUpdateFrequency: 2s

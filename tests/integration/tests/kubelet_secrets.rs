@@ -174,8 +174,8 @@ fn secret_volumes_are_per_pod_tmpfs_with_their_modes() -> Result<()> {
     let out = ctrd.dir.join("out");
     std::fs::create_dir_all(&out)?;
     let pods: Api<Pod> = cluster.api("default");
-    let script = "stat -f -c %T /s1 > /out/r.tmp; stat -c %a /s1/token >> /out/r.tmp; \
-                  stat -c %a /s2/renamed >> /out/r.tmp; mv /out/r.tmp /out/r; exec sleep 1000";
+    let script = "stat -f -c %T /s1 > /out/r.tmp; stat -L -c %a /s1/token >> /out/r.tmp; \
+                  stat -L -c %a /s2/renamed >> /out/r.tmp; mv /out/r.tmp /out/r; exec sleep 1000";
     let pod = cluster.upsert(
         &pods,
         json!({
@@ -218,9 +218,19 @@ fn secret_volumes_are_per_pod_tmpfs_with_their_modes() -> Result<()> {
         let mode = std::fs::metadata(&d)?.permissions().mode();
         ensure!(mode & 0o007 == 0, "{} is {mode:o}", d.display());
     }
+    // The two Secrets, and the service-account volume the API server's
+    // admission added (it holds a token: a tmpfs too).
     let mounts = mounts_with(&uid)?;
+    let secrets = mounts
+        .iter()
+        .filter(|m| m.contains("kubernetes.io~secret/s"))
+        .count();
+    let projected = mounts
+        .iter()
+        .filter(|m| m.contains("kubernetes.io~projected/kube-api-access-"))
+        .count();
     ensure!(
-        mounts.len() == 2 && mounts.iter().all(|m| m.contains("kubernetes.io~secret/s")),
+        secrets == 2 && projected == 1 && mounts.len() == 3,
         "{mounts:?}"
     );
 

@@ -4,12 +4,12 @@ use std::collections::BTreeSet;
 use k8s_openapi::api::core::v1 as api;
 
 use super::Errs;
+use super::projected::{downward_volume, key_to_paths, projected_volume};
+use crate::config::is_dns_label;
 use crate::pod::{
-    EnvValue, EnvVar, FieldRef, HostPathType, KeyToPath, Resources, SpecError, Volume,
-    VolumeSource,
+    EnvValue, EnvVar, FieldRef, HostPathType, Resources, SpecError, Volume, VolumeSource,
     quantity::{Quantity, QuantityError},
 };
-use crate::{config::is_dns_label, safe_path};
 
 pub(super) fn convert_env(errs: &mut Errs, env: &[api::EnvVar], at: &str) -> Vec<EnvVar> {
     env.iter()
@@ -150,7 +150,11 @@ pub(super) fn convert_resources(
     }
 }
 
-pub(super) fn convert_volumes(errs: &mut Errs, volumes: &[api::Volume]) -> Vec<Volume> {
+pub(super) fn convert_volumes(
+    errs: &mut Errs,
+    volumes: &[api::Volume],
+    containers: &BTreeSet<&str>,
+) -> Vec<Volume> {
     let mut names = BTreeSet::new();
     volumes
         .iter()
@@ -168,28 +172,9 @@ pub(super) fn convert_volumes(errs: &mut Errs, volumes: &[api::Volume]) -> Vec<V
                     value: v.name.clone(),
                 });
             }
-            let mode = |m: Option<i32>| m.map(|m| m as u32);
-            // Each path names a file written below the volume's directory.
-            let items = |errs: &mut Errs, field: &str, items: &Option<Vec<api::KeyToPath>>| {
-                items
-                    .iter()
-                    .flatten()
-                    .enumerate()
-                    .map(|(j, k)| {
-                        if let Err(e) = safe_path::descending("items path", &k.path) {
-                            errs.invalid(
-                                format!("{at}.{field}.items[{j}].path"),
-                                &k.path,
-                                e.reason,
-                            );
-                        }
-                        KeyToPath {
-                            key: k.key.clone(),
-                            path: k.path.clone(),
-                            mode: mode(k.mode),
-                        }
-                    })
-                    .collect::<Vec<_>>()
+            let mode = |errs: &mut Errs, field: &str, m| {
+                super::projected::mode(errs, format!("{at}.{field}.defaultMode"), m)
+                    .unwrap_or(0o644)
             };
             let source = if let Some(e) = &v.empty_dir {
                 let size_limit = e
@@ -246,8 +231,8 @@ pub(super) fn convert_volumes(errs: &mut Errs, volumes: &[api::Volume]) -> Vec<V
                 }
                 VolumeSource::ConfigMap {
                     name: c.name.clone(),
-                    items: items(errs, "configMap", &c.items),
-                    default_mode: mode(c.default_mode).unwrap_or(0o644),
+                    items: key_to_paths(errs, &format!("{at}.configMap"), c.items.as_ref()),
+                    default_mode: mode(errs, "configMap", c.default_mode),
                     optional: c.optional.unwrap_or(false),
                 }
             } else if let Some(s) = &v.secret {
@@ -257,10 +242,14 @@ pub(super) fn convert_volumes(errs: &mut Errs, volumes: &[api::Volume]) -> Vec<V
                 }
                 VolumeSource::Secret {
                     name,
-                    items: items(errs, "secret", &s.items),
-                    default_mode: mode(s.default_mode).unwrap_or(0o644),
+                    items: key_to_paths(errs, &format!("{at}.secret"), s.items.as_ref()),
+                    default_mode: mode(errs, "secret", s.default_mode),
                     optional: s.optional.unwrap_or(false),
                 }
+            } else if let Some(p) = &v.projected {
+                projected_volume(errs, &at, p, containers)
+            } else if let Some(d) = &v.downward_api {
+                downward_volume(errs, &at, d, containers)
             } else {
                 errs.0.push(SpecError::UnknownVolumeType {
                     field: at,

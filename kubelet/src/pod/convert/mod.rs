@@ -11,6 +11,7 @@ use crate::config::{is_dns_label, is_dns_subdomain};
 
 mod fields;
 mod handlers;
+mod projected;
 mod security;
 
 use super::probe::ProbeKind as Kind;
@@ -36,7 +37,7 @@ pub enum SpecError {
     #[error("{field}: {what} is not supported by this kubelet")]
     NotSupported { field: String, what: String },
     #[error(
-        "{field}: volume type {kind:?} is not supported (emptyDir, hostPath, configMap, secret are)"
+        "{field}: volume type {kind:?} is not supported (emptyDir, hostPath, configMap, secret, projected, downwardAPI are)"
     )]
     UnknownVolumeType { field: String, kind: String },
     #[error("{field}: no container port named {name:?}")]
@@ -193,7 +194,17 @@ impl PodSpec {
         if spec.host_users == Some(false) {
             errs.unsupported("spec.hostUsers", "user namespaces (hostUsers: false)");
         }
-        let volumes = convert_volumes(&mut errs, spec.volumes.as_deref().unwrap_or_default());
+        let container_names: BTreeSet<&str> = spec
+            .containers
+            .iter()
+            .chain(spec.init_containers.iter().flatten())
+            .map(|c| c.name.as_str())
+            .collect();
+        let volumes = convert_volumes(
+            &mut errs,
+            spec.volumes.as_deref().unwrap_or_default(),
+            &container_names,
+        );
         let volume_names: BTreeSet<&str> = volumes.iter().map(|v| v.name.as_str()).collect();
         let mut names = BTreeSet::new();
         let pod_sc = spec.security_context.as_ref();
@@ -333,9 +344,6 @@ fn convert_container(
     if init && c.restart_policy.is_some() {
         errs.unsupported(format!("{at}.restartPolicy"), "sidecar init containers");
     }
-    if c.env_from.as_ref().is_some_and(|e| !e.is_empty()) {
-        errs.unsupported(format!("{at}.envFrom"), "envFrom");
-    }
     let ports = convert_ports(
         errs,
         c.ports.as_deref().unwrap_or_default(),
@@ -421,6 +429,7 @@ fn convert_container(
         command: c.command.clone().unwrap_or_default(),
         args: c.args.clone().unwrap_or_default(),
         working_dir: c.working_dir.clone().filter(|w| !w.is_empty()),
+        env_from: projected::env_from(errs, at, c.env_from.as_deref().unwrap_or_default()),
         env: convert_env(errs, c.env.as_deref().unwrap_or_default(), at),
         ports,
         resources: convert_resources(errs, c.resources.as_ref(), at),

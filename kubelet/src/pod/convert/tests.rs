@@ -224,7 +224,7 @@ spec:
     );
     let want = [
         r#"spec.restartPolicy: "Sometimes" is invalid: must be Always, OnFailure or Never"#,
-        r#"spec.volumes[0]: volume type "nfs" is not supported (emptyDir, hostPath, configMap, secret are)"#,
+        r#"spec.volumes[0]: volume type "nfs" is not supported (emptyDir, hostPath, configMap, secret, projected, downwardAPI are)"#,
         r#"spec.containers[0].name: duplicate value "app""#,
         "spec.containers[0].image: is required",
         "spec.containers[0].ports[0].containerPort: port 70000 is out of range 1-65535",
@@ -247,7 +247,6 @@ spec:
   containers:
   - name: c
     image: i
-    envFrom: [{configMapRef: {name: x}}]
     env:
     - name: L
       valueFrom: {fieldRef: {fieldPath: "metadata.labels['a']"}}
@@ -260,7 +259,6 @@ spec:
 "#,
     );
     for w in [
-        "spec.containers[0].envFrom: envFrom is not supported by this kubelet",
         r#"spec.containers[0].env[0].valueFrom.fieldRef.fieldPath: field path "metadata.labels['a']" is not supported by this kubelet"#,
         "spec.containers[0].env[1].valueFrom.resourceFieldRef: resourceFieldRef is not supported by this kubelet",
         "spec.containers[0].livenessProbe.grpc.port: port 70000 is out of range 1-65535",
@@ -419,4 +417,111 @@ fn identifiers_that_become_paths_are_validated() {
         "{name: cfg, configMap: {name: cm, items: [{key: k, path: conf/app.yaml}]}}",
     );
     assert!(PodSpec::from_api(&pod(&fine)).is_ok());
+}
+
+#[test]
+fn projected_and_downward_volumes_take_the_api_defaults() {
+    let p = PodSpec::from_api(&pod(r#"
+metadata: {name: p, uid: u}
+spec:
+  containers: [{name: c, image: i, envFrom: [{prefix: X_, secretRef: {name: s, optional: true}}]}]
+  volumes:
+  - name: kube-api-access-abcde
+    projected:
+      sources:
+      - serviceAccountToken: {path: token}
+      - serviceAccountToken: {path: vault-token, audience: vault, expirationSeconds: 7200}
+      - configMap: {name: kube-root-ca.crt, items: [{key: ca.crt, path: ca.crt}]}
+      - downwardAPI: {items: [{path: namespace, fieldRef: {fieldPath: metadata.namespace}}]}
+  - name: info
+    downwardAPI:
+      defaultMode: 0400
+      items:
+      - {path: labels, fieldRef: {fieldPath: "metadata.labels['app']"}}
+      - {path: mem, resourceFieldRef: {containerName: c, resource: limits.memory, divisor: 1Mi}}
+"#))
+    .unwrap_or_else(|e| panic!("{e}"));
+    let VolumeSource::Projected {
+        sources,
+        default_mode,
+    } = &p.volumes[0].source
+    else {
+        panic!("{:?}", p.volumes[0]);
+    };
+    assert_eq!(*default_mode, 0o644);
+    assert_eq!(
+        sources[0],
+        ProjectedSource::ServiceAccountToken(TokenProjection {
+            audience: None,
+            expiration_seconds: 3600,
+            path: "token".into(),
+        })
+    );
+    let VolumeSource::DownwardApi {
+        items,
+        default_mode,
+    } = &p.volumes[1].source
+    else {
+        panic!("{:?}", p.volumes[1]);
+    };
+    assert_eq!(*default_mode, 0o400);
+    assert_eq!(
+        items[0].value,
+        DownwardValue::Field(DownwardField::Label("app".into()))
+    );
+    assert_eq!(
+        items[1].value,
+        DownwardValue::Resource {
+            container: "c".into(),
+            resource: ResourceName::LimitsMemory,
+            divisor: 1 << 20,
+        }
+    );
+    assert_eq!(
+        p.containers[0].env_from,
+        [EnvFrom {
+            kind: EnvFromKind::Secret,
+            name: "s".into(),
+            prefix: "X_".into(),
+            optional: true,
+        }]
+    );
+}
+
+#[test]
+fn projected_volumes_are_checked_as_the_api_server_does() {
+    let errs = errors(
+        r#"
+metadata: {name: p, uid: u}
+spec:
+  containers: [{name: c, image: i, envFrom: [{prefix: "A=", configMapRef: {name: m}}]}]
+  volumes:
+  - name: a
+    projected:
+      sources:
+      - serviceAccountToken: {path: token, expirationSeconds: 60}
+      - configMap: {name: m, items: [{key: k, path: token}]}
+      - secret: {name: s, items: [{key: k, path: ..data}]}
+      - downwardAPI: {items: [{path: node, fieldRef: {fieldPath: spec.nodeName}}]}
+  - name: b
+    downwardAPI:
+      items:
+      - {path: cpu, resourceFieldRef: {resource: limits.cpu}}
+      - {path: x, resourceFieldRef: {containerName: nope, resource: requests.cpu}}
+"#,
+    );
+    for w in [
+        r#"spec.volumes[0].projected.sources[0].serviceAccountToken.expirationSeconds: "60" is invalid: may not specify a duration less than 10 minutes"#,
+        r#"spec.volumes[0].projected.sources[2].secret.items[0].path: "..data" is invalid: must not start with '..'"#,
+        "spec.volumes[0].projected.sources[3].downwardAPI.items[0].fieldRef.fieldPath: field path \"spec.nodeName\" in a volume",
+        r#"spec.volumes[0].projected.sources: "token" is invalid: conflicting duplicate paths"#,
+        "spec.volumes[1].downwardAPI.items[0].resourceFieldRef.containerName: is required",
+        r#"spec.volumes[1].downwardAPI.items[1].resourceFieldRef.containerName: "nope" is invalid: must name a container of the pod"#,
+        r#"spec.containers[0].envFrom[0].prefix: "A=" is invalid: must not contain '='"#,
+    ] {
+        assert!(
+            errs.iter().any(|e| e.starts_with(w)),
+            "missing {w:?} in {errs:#?}"
+        );
+    }
 }

@@ -159,6 +159,7 @@ pub(crate) fn worker_config(ctrd: &Containerd) -> WorkerConfig {
         cgroup_root: ctrd.cgroup_parent(),
         resolv_conf: "/etc/resolv.conf".into(),
         relist_period: Duration::from_secs(1),
+        sync_frequency: Duration::from_secs(60),
         memory_capacity: memory_capacity(),
         objects: None,
     }
