@@ -15,6 +15,7 @@
 //! directory of 100k files so costs one `stat` every 10 s: a full rescan
 //! `stat`s every file, about 0.4 s of CPU at that size.
 mod parse;
+mod watch;
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap, HashSet},
@@ -28,6 +29,7 @@ use parse::{ObjRef, Object, Objects};
 use tokio::sync::mpsc;
 use tracing::{debug, error, info, warn};
 
+use self::watch::DirEvent;
 use super::SourceMsg;
 use crate::{small_set::SmallSet, store::Change};
 
@@ -411,79 +413,40 @@ struct Pending {
 }
 
 impl Pending {
-    fn add(&mut self, dir: &Path, ev: notify::Result<notify::Event>) {
+    fn add(&mut self, dir: &Path, ev: DirEvent) {
         match ev {
-            Ok(ev) if is_a_read(&ev) => {}
-            Ok(ev) if !ev.need_rescan() && !ev.paths.is_empty() => {
-                for p in ev.paths {
-                    let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-                    if p.parent() == Some(dir) && is_manifest(&p) {
-                        self.paths.insert(p);
-                    } else if p.parent() != Some(dir) || name.starts_with("..") || p.is_dir() {
-                        // The directory itself, a ConfigMap volume swapping its
-                        // `..data` link, a subdirectory: look at everything.
-                        self.full = true;
-                    } else {
-                        // Editor swap files, temporary files, other
-                        // extensions: they cannot hold a manifest.
-                        self.ignored = true;
-                    }
+            DirEvent::Entry { name, .. } => {
+                let path = dir.join(&name);
+                if is_manifest(&path) {
+                    self.paths.insert(path);
+                } else if name.to_str().is_some_and(|n| n.starts_with("..")) {
+                    // A ConfigMap volume swapping its `..data` link: look
+                    // at everything.
+                    self.full = true;
+                } else {
+                    // Editor swap files, temporary files, other
+                    // extensions: they cannot hold a manifest.
+                    self.ignored = true;
                 }
             }
-            _ => self.full = true,
+            DirEvent::Rescan => self.full = true,
         }
     }
 }
 
-/// Our own reads (opening the directory, reading files) come back as access
-/// events; reacting to them would rescan forever. Only a writer closing a
-/// file says something changed.
-fn is_a_read(ev: &notify::Event) -> bool {
-    use notify::event::{AccessKind, AccessMode, EventKind};
-    matches!(ev.kind, EventKind::Access(_))
-        && ev.kind != EventKind::Access(AccessKind::Close(AccessMode::Write))
-}
-
 /// The event that ends a write of a manifest: a file renamed into place (an
-/// atomic save, `kubectl`, a ConfigMap's files are links and never get here),
-/// closed after writing, or removed. Nothing of that write comes after it.
-fn completes_a_write(dir: &Path, ev: &notify::Result<notify::Event>) -> bool {
-    use notify::event::{AccessKind, AccessMode, EventKind, ModifyKind, RenameMode};
-    let Ok(ev) = ev else { return false };
-    let last = matches!(
-        ev.kind,
-        EventKind::Access(AccessKind::Close(AccessMode::Write))
-            | EventKind::Modify(ModifyKind::Name(RenameMode::To | RenameMode::Both))
-            | EventKind::Remove(_)
-    );
-    // A rename seen whole names where from, then where to: only the
-    // destination matters (the source is a temporary file, or gone).
-    let named = match ev.kind {
-        EventKind::Modify(ModifyKind::Name(RenameMode::Both)) => {
-            ev.paths.last().into_iter().collect()
-        }
-        _ => ev.paths.iter().collect::<Vec<_>>(),
-    };
-    last && !ev.need_rescan()
-        && !named.is_empty()
-        && named
-            .iter()
-            .all(|p| p.parent() == Some(dir) && is_manifest(p))
+/// atomic save, `kubectl`; a ConfigMap's files are links and never get
+/// here), closed after writing, or removed. Nothing of that write comes
+/// after it.
+fn completes_a_write(dir: &Path, ev: &DirEvent) -> bool {
+    matches!(ev, DirEvent::Entry { name, done: true } if is_manifest(&dir.join(name)))
 }
 
 /// Watches `dir` and sends changes until the receiver goes away.
-pub async fn run(dir: PathBuf, tx: mpsc::Sender<SourceMsg>) -> Result<(), notify::Error> {
-    use notify::{RecursiveMode, Watcher as _};
-    let (ev_tx, mut ev_rx) = mpsc::unbounded_channel();
-    // Reads are dropped here, on notify's thread: the first scan opens
-    // every file, and 100k queued open events would hold tens of MiB until
-    // the scan ends and the loop below drains them.
-    let mut watcher = notify::recommended_watcher(move |ev: notify::Result<notify::Event>| {
-        if !ev.as_ref().is_ok_and(is_a_read) {
-            let _ = ev_tx.send(ev);
-        }
-    })?;
-    watcher.watch(&dir, RecursiveMode::NonRecursive)?;
+pub async fn run(dir: PathBuf, tx: mpsc::Sender<SourceMsg>) -> std::io::Result<()> {
+    use futures::{FutureExt as _, StreamExt as _};
+    // Up before the first scan: a write during it comes as an event.
+    let mut events = watch::watch(&dir)?;
 
     // The first scan reads every file: off the runtime, sending as it goes.
     let first_tx = tx.clone();
@@ -498,8 +461,7 @@ pub async fn run(dir: PathBuf, tx: mpsc::Sender<SourceMsg>) -> Result<(), notify
         .map(|()| (md, sent))
     })
     .await
-    .map_err(|e| notify::Error::generic(&format!("the first manifest scan failed: {e}")))?
-    .map_err(notify::Error::io)?;
+    .map_err(|e| std::io::Error::other(format!("the first manifest scan failed: {e}")))??;
     info!(dir = %dir.display(), changes = sent, clean = md.is_clean(), "manifests loaded");
     let mut clean_sent = md.is_clean();
     let synced = SourceMsg::Synced {
@@ -515,7 +477,7 @@ pub async fn run(dir: PathBuf, tx: mpsc::Sender<SourceMsg>) -> Result<(), notify
     loop {
         let mut pending = Pending::default();
         tokio::select! {
-            ev = ev_rx.recv() => {
+            ev = events.next() => {
                 let Some(ev) = ev else { return Ok(()) };
                 // A write's last event needs no wait: what came before it
                 // is already queued. Nor does an event that names nothing
@@ -525,7 +487,8 @@ pub async fn run(dir: PathBuf, tx: mpsc::Sender<SourceMsg>) -> Result<(), notify
                 if !last && (pending.full || !pending.paths.is_empty()) {
                     tokio::time::sleep(DEBOUNCE).await;
                 }
-                while let Ok(ev) = ev_rx.try_recv() {
+                // Whatever else is queued: a burst lands as one scan.
+                while let Some(Some(ev)) = events.next().now_or_never() {
                     pending.add(&dir, ev);
                 }
             }

@@ -412,67 +412,32 @@ fn a_bad_address_costs_only_that_address() {
 }
 
 #[test]
-fn our_own_reads_do_not_trigger_rescans_but_writes_do() {
-    use notify::event::{
-        AccessKind, AccessMode, CreateKind, Event, EventKind, ModifyKind, RenameMode,
-    };
+fn temporary_files_do_not_trigger_rescans_but_manifests_do() {
     let dir = PathBuf::from("/m");
-    let ev = |kind, paths: &[&str]| {
-        let mut e = Event::new(kind);
-        for p in paths {
-            e = e.add_path(PathBuf::from(p));
-        }
-        Ok(e)
+    let ev = |name: &str, done| DirEvent::Entry {
+        name: name.into(),
+        done,
     };
     let mut p = Pending::default();
-    // Reading the directory and its files, as every scan does.
-    p.add(
-        &dir,
-        ev(
-            EventKind::Access(AccessKind::Open(AccessMode::Any)),
-            &["/m"],
-        ),
-    );
-    p.add(
-        &dir,
-        ev(EventKind::Access(AccessKind::Read), &["/m/a.yaml"]),
-    );
-    p.add(
-        &dir,
-        ev(
-            EventKind::Access(AccessKind::Close(AccessMode::Read)),
-            &["/m/a.yaml"],
-        ),
-    );
     // An editor's temp file is no manifest.
-    p.add(
-        &dir,
-        ev(EventKind::Create(CreateKind::File), &["/m/.a.yaml.tmp"]),
-    );
-    assert!(!p.full && p.paths.is_empty(), "{p:?}");
+    p.add(&dir, ev(".a.yaml.tmp", false));
+    p.add(&dir, ev("notes.txt", true));
+    assert!(!p.full && p.paths.is_empty() && p.ignored, "{p:?}");
 
-    p.add(
-        &dir,
-        ev(
-            EventKind::Modify(ModifyKind::Name(RenameMode::Both)),
-            &["/m/.a.yaml.tmp", "/m/a.yaml"],
-        ),
-    );
-    p.add(
-        &dir,
-        ev(
-            EventKind::Access(AccessKind::Close(AccessMode::Write)),
-            &["/m/b.yml"],
-        ),
-    );
+    p.add(&dir, ev("a.yaml", true));
+    p.add(&dir, ev("b.yml", true));
     assert!(!p.full, "{p:?}");
     assert_eq!(
         p.paths.iter().collect::<Vec<_>>(),
         [&PathBuf::from("/m/a.yaml"), &PathBuf::from("/m/b.yml")]
     );
 
-    // A ConfigMap volume swapping its data link needs a full look.
-    p.add(&dir, ev(EventKind::Create(CreateKind::Any), &["/m/..data"]));
+    // A ConfigMap volume swapping its data link needs a full look, as do
+    // lost events.
+    p.add(&dir, ev("..data", true));
+    assert!(p.full);
+    let mut p = Pending::default();
+    p.add(&dir, DirEvent::Rescan);
     assert!(p.full);
 }
 
@@ -510,9 +475,13 @@ fn the_directory_stamp_tells_a_periodic_check_whether_to_rescan() {
     std::thread::sleep(Duration::from_millis(20));
     dir.write(".a.yaml.tmp", "partial");
     let mut p = Pending::default();
-    let created = notify::Event::new(notify::EventKind::Create(notify::event::CreateKind::File))
-        .add_path(dir.0.join(".a.yaml.tmp"));
-    p.add(&dir.0, Ok(created));
+    p.add(
+        &dir.0,
+        DirEvent::Entry {
+            name: ".a.yaml.tmp".into(),
+            done: false,
+        },
+    );
     assert!(p.ignored && !p.full && p.paths.is_empty(), "{p:?}");
     assert!(md.dir_changed());
     md.restamp();
@@ -603,40 +572,17 @@ fn parser_limits_and_size_are_refused_naming_the_limit() {
 
 #[test]
 fn the_last_event_of_a_write_is_not_debounced() {
-    use notify::event::{
-        AccessKind, AccessMode, CreateKind, DataChange, EventKind, ModifyKind, RemoveKind,
-        RenameMode,
-    };
     let dir = PathBuf::from("/m");
-    let ev = |kind, name: &str| Ok(notify::Event::new(kind).add_path(dir.join(name)));
-    let last = [
-        EventKind::Access(AccessKind::Close(AccessMode::Write)),
-        EventKind::Modify(ModifyKind::Name(RenameMode::To)),
-        EventKind::Remove(RemoveKind::File),
-    ];
-    for kind in last {
-        assert!(completes_a_write(&dir, &ev(kind, "a.yaml")), "{kind:?}");
-        // Not a manifest of this directory: a rescan decides.
-        assert!(
-            !completes_a_write(&dir, &ev(kind, ".a.yaml.tmp")),
-            "{kind:?}"
-        );
-        assert!(
-            !completes_a_write(&dir, &ev(kind, "sub/a.yaml")),
-            "{kind:?}"
-        );
-    }
-    let both = notify::Event::new(EventKind::Modify(ModifyKind::Name(RenameMode::Both)))
-        .add_path(dir.join(".a.yaml.tmp"))
-        .add_path(dir.join("a.yaml"));
-    assert!(completes_a_write(&dir, &Ok(both)));
-    for kind in [
-        EventKind::Create(CreateKind::File),
-        EventKind::Modify(ModifyKind::Data(DataChange::Any)),
-        EventKind::Modify(ModifyKind::Name(RenameMode::From)),
-    ] {
-        assert!(!completes_a_write(&dir, &ev(kind, "a.yaml")), "{kind:?}");
-    }
+    let ev = |name: &str, done| DirEvent::Entry {
+        name: name.into(),
+        done,
+    };
+    assert!(completes_a_write(&dir, &ev("a.yaml", true)));
+    // Not a manifest: a rescan decides.
+    assert!(!completes_a_write(&dir, &ev(".a.yaml.tmp", true)));
+    // Not the end of a write (created, modified, renamed away).
+    assert!(!completes_a_write(&dir, &ev("a.yaml", false)));
+    assert!(!completes_a_write(&dir, &DirEvent::Rescan));
 }
 
 #[test]
