@@ -52,43 +52,28 @@ fn payload(
     source: &VolumeSource,
 ) -> Result<atomic_writer::Payload, ContainerConfigError> {
     let mut out = atomic_writer::Payload::new();
+    let object = |kind: &'static str,
+                  name: &str,
+                  items: &[KeyToPath],
+                  mode: u32,
+                  optional: bool,
+                  out: &mut atomic_writer::Payload| {
+        let data = object_data(cfg, kind, volume, pod, name, optional)?;
+        keys(out, volume, kind, name, data, items, mode, optional)
+    };
     match source {
         VolumeSource::ConfigMap {
             name,
             items,
             default_mode,
             optional,
-        } => {
-            let data = object_data(cfg, "ConfigMap", volume, pod, name, *optional)?;
-            keys(
-                &mut out,
-                volume,
-                "ConfigMap",
-                name,
-                data,
-                items,
-                *default_mode,
-                *optional,
-            )?;
-        }
+        } => object("ConfigMap", name, items, *default_mode, *optional, &mut out)?,
         VolumeSource::Secret {
             name,
             items,
             default_mode,
             optional,
-        } => {
-            let data = object_data(cfg, "Secret", volume, pod, name, *optional)?;
-            keys(
-                &mut out,
-                volume,
-                "Secret",
-                name,
-                data,
-                items,
-                *default_mode,
-                *optional,
-            )?;
-        }
+        } => object("Secret", name, items, *default_mode, *optional, &mut out)?,
         VolumeSource::DownwardApi {
             items,
             default_mode,
@@ -103,36 +88,12 @@ fn payload(
                         name,
                         items,
                         optional,
-                    } => {
-                        let data = object_data(cfg, "ConfigMap", volume, pod, name, *optional)?;
-                        keys(
-                            &mut out,
-                            volume,
-                            "ConfigMap",
-                            name,
-                            data,
-                            items,
-                            *default_mode,
-                            *optional,
-                        )?;
-                    }
+                    } => object("ConfigMap", name, items, *default_mode, *optional, &mut out)?,
                     ProjectedSource::Secret {
                         name,
                         items,
                         optional,
-                    } => {
-                        let data = object_data(cfg, "Secret", volume, pod, name, *optional)?;
-                        keys(
-                            &mut out,
-                            volume,
-                            "Secret",
-                            name,
-                            data,
-                            items,
-                            *default_mode,
-                            *optional,
-                        )?;
-                    }
+                    } => object("Secret", name, items, *default_mode, *optional, &mut out)?,
                     ProjectedSource::DownwardApi { items } => {
                         downward(&mut out, cfg, pod, items, *default_mode);
                     }
