@@ -19,7 +19,7 @@
 use std::{path::PathBuf, time::Duration};
 
 use anyhow::{Context as _, Result, bail, ensure};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use kube::Api;
 use serde_json::{Value, json};
 
@@ -166,6 +166,11 @@ impl ChartNode {
     pub fn install(&mut self, extra: &Value) -> Result<String> {
         let docs = self.render(extra)?;
         let ds = helm::object(&docs, "DaemonSet")?;
+        // The pod runs as the chart's ServiceAccount, which the API server's
+        // admission wants to exist, as `kubectl apply` of the chart makes it.
+        let sa = helm::object(&docs, "ServiceAccount")?;
+        self.cluster
+            .upsert(&self.cluster.api::<ServiceAccount>(NAMESPACE), sa.clone())?;
         self.installs += 1;
         let name = format!("weir-{}", self.installs);
         let pod = pod_from_template(ds, &name)?;

@@ -121,11 +121,18 @@ fn an_in_cluster_kubectl_uses_its_bound_rotating_token() -> Result<()> {
         spec.volumes
     );
 
+    // A whole round of the loop: every file written at least once.
     let listed = until(
         &kubelet,
         "kubectl in the pod lists pods",
         Duration::from_secs(90),
-        || Ok(read(&out, "pods").filter(|p| p.contains("pod/client") && p.contains("rc=0"))),
+        || {
+            let round = ["token", "env", "labels"]
+                .iter()
+                .all(|f| out.join(f).exists());
+            Ok(read(&out, "pods")
+                .filter(|p| round && p.contains("pod/client") && p.contains("rc=0")))
+        },
     )?;
     println!("in-cluster kubectl: {}", listed.trim().replace('\n', " | "));
     let env = read(&out, "env").unwrap_or_default();
