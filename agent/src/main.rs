@@ -113,16 +113,8 @@ fn run_inspect(what: Inspect) -> Result<()> {
             agent,
             output,
         } => {
-            let mut addr = http::parse_bind_addr(&agent, 10249)
-                .ok()
-                .flatten()
+            let addr = inspect::status::agent_address(&agent)
                 .with_context(|| format!("--agent {agent:?} is not ip:port or an IP"))?;
-            if addr.ip().is_unspecified() {
-                addr.set_ip(match addr {
-                    std::net::SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
-                    std::net::SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
-                });
-            }
             let view = inspect::status::read(&Pins::new(bpffs.path), addr);
             match output {
                 Output::Table => print!("{}", inspect::status::render(&view)),

@@ -61,6 +61,22 @@ pub struct MapUsage {
     pub capacity: u32,
 }
 
+/// Where to ask the agent, from `--agent` (`ip:port`, or an IP and the
+/// metrics port): an unspecified address, as the agent binds by default,
+/// is asked on loopback.
+pub fn agent_address(arg: &str) -> Option<SocketAddr> {
+    let mut addr = crate::telemetry::http::parse_bind_addr(arg, 10249)
+        .ok()
+        .flatten()?;
+    if addr.ip().is_unspecified() {
+        addr.set_ip(match addr {
+            SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+            SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+        });
+    }
+    Some(addr)
+}
+
 /// Everything but the agent's answer, read from the pins under `pins`.
 pub fn read(pins: &Pins, agent_address: SocketAddr) -> StatusView {
     let (agent, agent_error) = match fetch(agent_address) {
@@ -363,6 +379,15 @@ fn age(secs: f64) -> String {
 mod tests {
     use super::*;
     use crate::telemetry::status::{ApiError, Contact};
+
+    #[test]
+    fn the_agent_is_asked_on_loopback_when_it_binds_everywhere() {
+        let at = |s: &str| s.parse::<SocketAddr>().ok();
+        assert_eq!(agent_address("0.0.0.0:10249"), at("127.0.0.1:10249"));
+        assert_eq!(agent_address("[::]:9"), at("[::1]:9"));
+        assert_eq!(agent_address("10.0.0.1"), at("10.0.0.1:10249"));
+        assert_eq!(agent_address("nope"), None);
+    }
 
     fn view(agent: Option<AgentStatus>) -> StatusView {
         StatusView {
