@@ -289,18 +289,8 @@ impl ApiObjects for ApiObjectCache {
         pod: &crate::pod::PodSpec,
         projection: &crate::pod::TokenProjection,
     ) -> Result<String, String> {
-        let sa = if pod.service_account_name.is_empty() {
-            "default"
-        } else {
-            &pod.service_account_name
-        };
-        self.tokens.token(&super::tokens::TokenKey::new(
-            &pod.namespace,
-            sa,
-            &pod.name,
-            &pod.uid,
-            projection,
-        ))
+        self.tokens
+            .token(&super::tokens::TokenKey::for_pod(pod, projection))
     }
 
     fn register_pod(&self, pod: &Pod) {

@@ -9,7 +9,7 @@
 //! request is retried with backoff while the previous token, if still
 //! valid, keeps being served.
 use std::{
-    collections::HashMap,
+    collections::{BTreeSet, HashMap},
     sync::{Arc, Mutex},
     time::{Duration, SystemTime},
 };
@@ -20,7 +20,7 @@ use k8s_openapi::api::{
 };
 use kube::{Api, Client, api::PostParams};
 
-use crate::pod::TokenProjection;
+use crate::pod::{PodSpec, ProjectedSource, TokenProjection, VolumeSource};
 
 /// Renewal after this long whatever the lifetime (`maxTTL` in the kubelet).
 const MAX_AGE: Duration = Duration::from_secs(24 * 3600);
@@ -28,7 +28,7 @@ const RETRY_MIN: Duration = Duration::from_secs(1);
 const RETRY_MAX: Duration = Duration::from_secs(30);
 
 /// What identifies one token.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct TokenKey {
     pub namespace: String,
     pub service_account: String,
@@ -127,68 +127,44 @@ impl TokenManager {
 }
 
 impl TokenKey {
-    pub fn new(
-        namespace: &str,
-        service_account: &str,
-        pod_name: &str,
-        pod_uid: &str,
-        t: &TokenProjection,
-    ) -> Self {
+    /// The token `pod` asks for with `t`, under its service account
+    /// (`default` when the spec names none, as admission would set it).
+    pub fn for_pod(pod: &PodSpec, t: &TokenProjection) -> Self {
+        let account = if pod.service_account_name.is_empty() {
+            "default"
+        } else {
+            &pod.service_account_name
+        };
         Self {
-            namespace: namespace.to_owned(),
-            service_account: service_account.to_owned(),
+            namespace: pod.namespace.clone(),
+            service_account: account.to_owned(),
             audience: t.audience.clone(),
             expiration_seconds: t.expiration_seconds,
-            pod_name: pod_name.to_owned(),
-            pod_uid: pod_uid.to_owned(),
+            pod_name: pod.name.clone(),
+            pod_uid: pod.uid.clone(),
         }
     }
 }
 
-/// The tokens `pod` asks for, with the API's defaults (service account
-/// `default`, 3600 s). Invalid requests are left for the spec check to
-/// report; asking for them would only fail.
-fn pod_tokens(pod: &Pod) -> Vec<TokenKey> {
-    let ns = pod
-        .metadata
-        .namespace
-        .clone()
-        .unwrap_or_else(|| "default".into());
-    let name = pod.metadata.name.clone().unwrap_or_default();
-    let uid = pod.metadata.uid.clone().unwrap_or_default();
-    let Some(spec) = &pod.spec else {
-        return Vec::new();
+/// The tokens `pod`'s projected volumes ask for, read through the same
+/// conversion (and so the same defaults and checks) that writes them. A
+/// pod whose spec is invalid starts no container and asks for none.
+fn pod_tokens(pod: &Pod) -> BTreeSet<TokenKey> {
+    let Ok(spec) = PodSpec::from_api(pod) else {
+        return BTreeSet::new();
     };
-    let sa = spec
-        .service_account_name
-        .clone()
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "default".into());
-    let mut out: Vec<TokenKey> = spec
-        .volumes
+    spec.volumes
         .iter()
-        .flatten()
-        .filter_map(|v| v.projected.as_ref())
-        .flat_map(|p| p.sources.iter().flatten())
-        .filter_map(|s| s.service_account_token.as_ref())
-        .filter(|t| t.expiration_seconds.unwrap_or(3600) >= 600)
-        .map(|t| {
-            TokenKey::new(
-                &ns,
-                &sa,
-                &name,
-                &uid,
-                &TokenProjection {
-                    audience: t.audience.clone().filter(|a| !a.is_empty()),
-                    expiration_seconds: t.expiration_seconds.unwrap_or(3600),
-                    path: t.path.clone(),
-                },
-            )
+        .filter_map(|v| match &v.source {
+            VolumeSource::Projected { sources, .. } => Some(sources),
+            _ => None,
         })
-        .collect();
-    out.sort_by(|a, b| format!("{a:?}").cmp(&format!("{b:?}")));
-    out.dedup();
-    out
+        .flatten()
+        .filter_map(|s| match s {
+            ProjectedSource::ServiceAccountToken(t) => Some(TokenKey::for_pod(&spec, t)),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Requests the token, then again whenever it is due, until aborted.
@@ -285,18 +261,26 @@ mod tests {
 
     #[test]
     fn a_pods_tokens_take_the_api_defaults() {
-        let pod: Pod = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
-            "spec": {"containers": [], "volumes": [
-                {"name": "a", "projected": {"sources": [
-                    {"serviceAccountToken": {"path": "token"}},
-                    {"serviceAccountToken": {"path": "vault", "audience": "vault", "expirationSeconds": 7200}},
-                    {"serviceAccountToken": {"path": "short", "expirationSeconds": 60}}
-                ]}}
-            ]}
-        }))
-        .unwrap();
-        let keys = pod_tokens(&pod);
+        let pod = |extra: Vec<serde_json::Value>| -> Pod {
+            let mut sources = vec![
+                serde_json::json!({"serviceAccountToken": {"path": "token"}}),
+                serde_json::json!({"serviceAccountToken": {"path": "vault", "audience": "vault", "expirationSeconds": 7200}}),
+            ];
+            sources.extend(extra);
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+                "spec": {"containers": [{"name": "c", "image": "i:1"}], "volumes": [
+                    {"name": "a", "projected": {"sources": sources}}
+                ]}
+            }))
+            .unwrap()
+        };
+        // Too short a lifetime: the spec check refuses the pod, which then
+        // asks for no token at all.
+        let short =
+            serde_json::json!({"serviceAccountToken": {"path": "short", "expirationSeconds": 60}});
+        assert!(pod_tokens(&pod(vec![short])).is_empty());
+        let keys = pod_tokens(&pod(vec![]));
         assert_eq!(keys.len(), 2, "{keys:?}");
         assert!(
             keys.iter()

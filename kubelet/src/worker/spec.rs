@@ -472,8 +472,10 @@ fn volume_path(
         | VolumeSource::DownwardApi { .. } => {
             let plugin = super::projection::plugin(source).unwrap_or("kubernetes.io~unknown");
             let dir = dir(plugin)?;
-            super::projection::write(cfg, pod, name, source, &dir)?;
-            fs_group_owns(pod, name, &dir, true)?;
+            // An unchanged payload is the version owned when it was written.
+            if super::projection::write(cfg, pod, name, source, &dir)? {
+                fs_group_owns(pod, name, &dir, true)?;
+            }
             Ok(dir)
         }
     }
@@ -491,7 +493,7 @@ pub(super) fn refresh_projections(cfg: &WorkerConfig, pod: &PodSpec) -> Vec<Stri
 }
 
 /// `fsGroup` ownership of one of the pod's own volumes. Projected volumes
-/// are rewritten on every container start and re-owned each time; an
+/// are re-owned whenever a new version of their files is written; an
 /// emptyDir whose root is already right is left alone, as the kubelet sets
 /// it up once per pod.
 fn fs_group_owns(
