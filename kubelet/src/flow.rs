@@ -48,10 +48,24 @@ pub trait StatusSink: Send + Sync + 'static {
     fn warning(&self, _pod: &Pod, _reason: &str, _message: &str) {}
 }
 
+/// A container as the log and streaming endpoints reach it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ContainerRef {
+    /// The runtime's id of its newest instance.
+    pub id: String,
+    pub running: bool,
+    /// The newest instance's CRI log file.
+    pub log: Option<PathBuf>,
+    /// The instance before it, if it exited: `previous=true`.
+    pub previous_log: Option<PathBuf>,
+}
+
 /// What the kubelet's HTTP API shows.
 pub trait PodsView: Send + Sync + 'static {
     /// Every pod the worker runs, each with its current status.
     fn pods(&self) -> Vec<Pod>;
-    /// The CRI log file of the newest instance of a container.
-    fn container_log(&self, namespace: &str, pod: &str, container: &str) -> Option<PathBuf>;
+    /// A container's newest instance, once it has one.
+    fn container(&self, namespace: &str, pod: &str, container: &str) -> Option<ContainerRef>;
+    /// The pod's Ready sandbox: what port forwarding enters.
+    fn sandbox(&self, namespace: &str, pod: &str) -> Option<String>;
 }

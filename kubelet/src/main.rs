@@ -209,8 +209,9 @@ async fn run(args: Args, config: Config) -> Result<(), MainError> {
         runtime.clone(),
         weir_kubelet::worker::LogRotation::from_config(&config),
     ));
+    let stream_runtime: Arc<dyn weir_kubelet::server::StreamRuntime> = runtime.clone();
     let worker = Worker::spawn(runtime, worker_config, sink, rx);
-    weir_kubelet::server::serve(config.clone(), worker.view(), api_server).await?;
+    weir_kubelet::server::serve(config.clone(), worker.view(), stream_runtime, api_server).await?;
 
     let files_read = if let Some(dir) = &config.static_pod_path {
         tracing::info!(dir = %dir.display(), every = ?config.file_check_frequency, "watching static pods");

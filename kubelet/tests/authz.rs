@@ -3,7 +3,6 @@
 //! `nodes/proxy` by a ClusterRoleBinding reads `/pods`.
 use std::{
     net::{IpAddr, Ipv4Addr, SocketAddr},
-    path::PathBuf,
     sync::Arc,
 };
 
@@ -27,7 +26,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 use weir_kubelet::{
     config::{AuthorizationMode, Config, TlsFiles},
-    flow::PodsView,
+    flow::{ContainerRef, PodsView},
     server::{ApiServer, Server},
 };
 use weir_test_apiserver::{Options, TestApiServer};
@@ -40,7 +39,10 @@ impl PodsView for NoPods {
     fn pods(&self) -> Vec<Pod> {
         Vec::new()
     }
-    fn container_log(&self, _: &str, _: &str, _: &str) -> Option<PathBuf> {
+    fn container(&self, _: &str, _: &str, _: &str) -> Option<ContainerRef> {
+        None
+    }
+    fn sandbox(&self, _: &str, _: &str) -> Option<String> {
         None
     }
 }

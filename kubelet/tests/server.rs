@@ -28,25 +28,47 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 use weir_kubelet::{
     config::{Config, TlsFiles},
-    flow::PodsView,
+    flow::{ContainerRef, PodsView},
     server::{Server, ServerError},
 };
 
 const LOCALHOST: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
+#[path = "server/streaming.rs"]
+mod streaming;
+
+type Key = (String, String, String);
+
+#[derive(Default)]
 struct FakePods {
     pods: Vec<Pod>,
-    logs: HashMap<(String, String, String), PathBuf>,
+    containers: Mutex<HashMap<Key, ContainerRef>>,
+}
+
+fn key(namespace: &str, pod: &str, container: &str) -> Key {
+    (namespace.to_owned(), pod.to_owned(), container.to_owned())
+}
+
+/// A running container whose log is `log`.
+fn running(id: &str, log: &Path) -> ContainerRef {
+    ContainerRef {
+        id: id.to_owned(),
+        running: true,
+        log: Some(log.to_owned()),
+        previous_log: None,
+    }
 }
 
 impl PodsView for FakePods {
     fn pods(&self) -> Vec<Pod> {
         self.pods.clone()
     }
-    fn container_log(&self, namespace: &str, pod: &str, container: &str) -> Option<PathBuf> {
-        self.logs
-            .get(&(namespace.to_owned(), pod.to_owned(), container.to_owned()))
-            .cloned()
+    fn container(&self, namespace: &str, pod: &str, container: &str) -> Option<ContainerRef> {
+        let c = self.containers.lock().unwrap();
+        c.get(&key(namespace, pod, container)).cloned()
+    }
+    fn sandbox(&self, _: &str, _: &str) -> Option<String> {
+        None
     }
 }
 
@@ -218,7 +240,7 @@ async fn https(
 fn fake(pods: Vec<Pod>) -> Arc<dyn PodsView> {
     Arc::new(FakePods {
         pods,
-        logs: HashMap::new(),
+        ..FakePods::default()
     })
 }
 
@@ -326,7 +348,8 @@ async fn server_https_api_authenticates_client_certificates() {
             .await
             .unwrap()
             .0,
-        StatusCode::NOT_FOUND
+        StatusCode::BAD_REQUEST,
+        "exec without a command"
     );
 
     // Anonymous: the handshake completes and every path answers 401.
@@ -373,7 +396,10 @@ async fn server_container_logs_from_cri_files() {
     .unwrap();
     let view = FakePods {
         pods: vec![pod("ns1", "web", &["httpd", "sidecar"])],
-        logs: HashMap::from([(("ns1".into(), "web".into(), "httpd".into()), log)]),
+        containers: Mutex::new(HashMap::from([(
+            key("ns1", "web", "httpd"),
+            running("c1", &log),
+        )])),
     };
     let server = Server::start(&config(Some(&pki)), Arc::new(view))
         .await

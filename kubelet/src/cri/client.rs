@@ -299,6 +299,43 @@ impl Runtime for CriRuntime {
         })
     }
 
+    async fn exec(&self, id: &str, cmd: &[String], streams: StreamOptions) -> Result<String> {
+        let req = pb::ExecRequest {
+            container_id: id.into(),
+            cmd: cmd.to_vec(),
+            tty: streams.tty,
+            stdin: streams.stdin,
+            stdout: streams.stdout,
+            stderr: streams.stderr,
+        };
+        let mut c = self.rt();
+        let r = call("Exec", Some(self.timeout), c.exec(req)).await?;
+        Ok(r.url)
+    }
+
+    async fn attach(&self, id: &str, streams: StreamOptions) -> Result<String> {
+        let req = pb::AttachRequest {
+            container_id: id.into(),
+            stdin: streams.stdin,
+            tty: streams.tty,
+            stdout: streams.stdout,
+            stderr: streams.stderr,
+        };
+        let mut c = self.rt();
+        let r = call("Attach", Some(self.timeout), c.attach(req)).await?;
+        Ok(r.url)
+    }
+
+    async fn port_forward(&self, sandbox_id: &str, ports: &[u16]) -> Result<String> {
+        let req = pb::PortForwardRequest {
+            pod_sandbox_id: sandbox_id.into(),
+            port: ports.iter().map(|&p| i32::from(p)).collect(),
+        };
+        let mut c = self.rt();
+        let r = call("PortForward", Some(self.timeout), c.port_forward(req)).await?;
+        Ok(r.url)
+    }
+
     async fn image_status(&self, image: &str) -> Result<Option<ImageInfo>> {
         let req = pb::ImageStatusRequest {
             image: Some(convert::image_spec(image)),

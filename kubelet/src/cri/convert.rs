@@ -182,6 +182,9 @@ pub fn container_config(c: &ContainerConfig, sandbox: &SandboxConfig) -> pb::Con
         command: c.command.clone(),
         args: c.args.clone(),
         working_dir: c.working_dir.clone().unwrap_or_default(),
+        stdin: c.stdin,
+        stdin_once: c.stdin_once,
+        tty: c.tty,
         envs: c
             .env
             .iter()

@@ -37,6 +37,8 @@ struct State {
     runtime_status: Option<RuntimeStatus>,
     calls: Vec<String>,
     fail: BTreeMap<&'static str, CriError>,
+    /// The base of streaming URLs; see [`FakeRuntime::set_stream_server`].
+    stream_server: String,
 }
 
 impl State {
@@ -120,6 +122,29 @@ impl FakeRuntime {
             c.status.reason = if code == 0 { "Completed" } else { "Error" }.into();
             c.status.finished_at = Some(SystemTime::now());
         }
+    }
+
+    /// Where the URLs `Exec`, `Attach` and `PortForward` return point
+    /// (`http://host:port`); a test serves its own streaming server there.
+    pub fn set_stream_server(&self, base: &str) {
+        self.lock("").stream_server = base.to_owned();
+    }
+
+    /// A running container's streaming URL, as containerd refuses others.
+    fn stream_url(&self, operation: &'static str, id: &str, kind: &str) -> Result<String> {
+        let s = self.begin(operation)?;
+        let c = s
+            .containers
+            .get(id)
+            .ok_or_else(|| not_found(operation, id))?;
+        if c.status.state != ContainerState::Running {
+            return Err(CriError::Status {
+                operation,
+                code: Code::Unknown,
+                message: format!("container {id} is not running"),
+            });
+        }
+        Ok(format!("{}/{kind}/{id}", s.stream_server))
     }
 
     /// Every CRI method called so far, in order (e.g. `RunPodSandbox`).
@@ -396,6 +421,38 @@ impl Runtime for FakeRuntime {
         }
         let exec = self.exec.lock().unwrap_or_else(|e| e.into_inner());
         Ok(exec.as_ref().map(|h| h(&status, cmd)).unwrap_or_default())
+    }
+
+    async fn exec(&self, id: &str, cmd: &[String], _: StreamOptions) -> Result<String> {
+        const OP: &str = "Exec";
+        if cmd.is_empty() {
+            return Err(CriError::Status {
+                operation: OP,
+                code: Code::InvalidArgument,
+                message: "cmd can't be empty".into(),
+            });
+        }
+        self.stream_url(OP, id, "exec")
+    }
+
+    async fn attach(&self, id: &str, _: StreamOptions) -> Result<String> {
+        self.stream_url("Attach", id, "attach")
+    }
+
+    async fn port_forward(&self, sandbox_id: &str, _: &[u16]) -> Result<String> {
+        const OP: &str = "PortForward";
+        let s = self.begin(OP)?;
+        match s.sandboxes.get(sandbox_id) {
+            Some(sb) if sb.state == SandboxState::Ready => {
+                Ok(format!("{}/portforward/{sandbox_id}", s.stream_server))
+            }
+            Some(_) => Err(CriError::Status {
+                operation: OP,
+                code: Code::FailedPrecondition,
+                message: format!("sandbox {sandbox_id} is not running"),
+            }),
+            None => Err(not_found(OP, sandbox_id)),
+        }
     }
 
     async fn image_status(&self, image: &str) -> Result<Option<ImageInfo>> {

@@ -64,6 +64,29 @@ pub trait Runtime: Send + Sync {
         timeout: Duration,
     ) -> impl Future<Output = Result<ExecResult>> + Send;
 
+    /// Prepares an interactive `cmd` in the container; returns the URL of
+    /// the runtime's streaming server that serves it (once, for a while).
+    fn exec(
+        &self,
+        id: &str,
+        cmd: &[String],
+        streams: StreamOptions,
+    ) -> impl Future<Output = Result<String>> + Send;
+    /// Like [`Self::exec`], to the container's own process.
+    fn attach(
+        &self,
+        id: &str,
+        streams: StreamOptions,
+    ) -> impl Future<Output = Result<String>> + Send;
+    /// The streaming URL that forwards connections to `ports` in the
+    /// sandbox's network namespace (all of them when empty: the client
+    /// names each port per stream).
+    fn port_forward(
+        &self,
+        sandbox_id: &str,
+        ports: &[u16],
+    ) -> impl Future<Output = Result<String>> + Send;
+
     /// `None` when the image is not present on the node.
     fn image_status(&self, image: &str) -> impl Future<Output = Result<Option<ImageInfo>>> + Send;
     /// Returns the pulled image's reference (its id).

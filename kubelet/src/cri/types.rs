@@ -205,6 +205,11 @@ pub struct ContainerConfig {
     pub command: Vec<String>,
     pub args: Vec<String>,
     pub working_dir: Option<String>,
+    /// Keep the container's stdin open for `Attach`; `stdin_once` closes it
+    /// when the first attached client goes.
+    pub stdin: bool,
+    pub stdin_once: bool,
+    pub tty: bool,
     /// In order: later entries may refer to earlier ones in the pod spec.
     pub env: Vec<(String, String)>,
     pub mounts: Vec<Mount>,
@@ -276,6 +281,15 @@ pub struct ExecResult {
     pub exit_code: i32,
     pub stdout: Vec<u8>,
     pub stderr: Vec<u8>,
+}
+
+/// The standard streams a streaming session (CRI `Exec`, `Attach`) carries.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StreamOptions {
+    pub stdin: bool,
+    pub stdout: bool,
+    pub stderr: bool,
+    pub tty: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -173,6 +173,10 @@ pub struct ContainerSpec {
     pub command: Vec<String>,
     pub args: Vec<String>,
     pub working_dir: Option<String>,
+    /// `stdin`, `stdinOnce`, `tty`: what `kubectl attach` and `run -it` use.
+    pub stdin: bool,
+    pub stdin_once: bool,
+    pub tty: bool,
     /// `envFrom`, in order; `env` is applied after and wins.
     pub env_from: Vec<EnvFrom>,
     pub env: Vec<EnvVar>,

@@ -27,6 +27,10 @@ pub(super) struct LogOptions {
     pub timestamps: bool,
     /// At most this many bytes of output (the first ones).
     pub limit_bytes: Option<usize>,
+    /// Keep sending what the container writes until it stops.
+    pub follow: bool,
+    /// The previous instance's log (the one before a restart).
+    pub previous: bool,
 }
 
 /// A query parameter this endpoint cannot honour.
@@ -38,14 +42,11 @@ pub(super) enum QueryError {
         value: String,
         expected: &'static str,
     },
-    #[error("{name}={value} is not supported: only the current container's log is kept")]
-    Unsupported { name: &'static str, value: String },
 }
 
 impl LogOptions {
     /// Parameters the kubelet knows but this one does not honour
-    /// (`follow`, `sinceSeconds`, ...) are ignored, so a `kubectl logs -f`
-    /// still shows what has been written so far.
+    /// (`sinceSeconds`, `sinceTime`) are ignored: the whole log is shown.
     pub fn from_query(query: Option<&str>) -> Result<Self, QueryError> {
         let mut opts = LogOptions::default();
         for pair in query
@@ -76,12 +77,8 @@ impl LogOptions {
                             })?,
                     );
                 }
-                "previous" if parse_bool("previous", value)? => {
-                    return Err(QueryError::Unsupported {
-                        name: "previous",
-                        value: value.to_owned(),
-                    });
-                }
+                "previous" => opts.previous = parse_bool("previous", value)?,
+                "follow" => opts.follow = parse_bool("follow", value)?,
                 _ => {}
             }
         }
@@ -389,6 +386,8 @@ not a cri line
                 tail_lines: Some(5),
                 timestamps: true,
                 limit_bytes: None,
+                follow: true,
+                previous: false,
             })
         );
         assert_eq!(
@@ -413,10 +412,7 @@ not a cri line
             LogOptions::from_query(Some("timestamps=yes")),
             Err(QueryError::Invalid { .. })
         ));
-        assert!(matches!(
-            LogOptions::from_query(Some("previous=true")),
-            Err(QueryError::Unsupported { .. })
-        ));
+        assert!(LogOptions::from_query(Some("previous=true")).is_ok_and(|o| o.previous));
         assert_eq!(
             LogOptions::from_query(Some("previous=false")),
             Ok(LogOptions::default())

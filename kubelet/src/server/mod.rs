@@ -2,7 +2,7 @@
 //!
 //! - `/healthz` in plain HTTP on `healthzBindAddress:healthzPort`;
 //! - the kubelet API on `address:port` over HTTPS (`/pods`, `/containerLogs`,
-//!   `/healthz`), where every request must carry a client certificate signed
+//!   `/exec`, `/attach`, `/portForward`, `/healthz`), where every request must carry a client certificate signed
 //!   by `authentication.x509.clientCAFile` and anonymous ones get 401, and is
 //!   then authorized by `authorization.mode` ([`authz`]);
 //! - `/pods` and `/healthz` in plain HTTP, without authentication, on
@@ -26,9 +26,13 @@ use crate::{
 };
 
 pub mod authz;
+mod follow;
 mod logs;
 mod routes;
+mod streaming;
 mod tls;
+
+pub use streaming::StreamRuntime;
 
 /// The CRI log reader for the fuzz targets (fuzz/), which cannot reach the
 /// private `logs` module; nothing else uses it.
@@ -163,6 +167,8 @@ struct ApiAccess {
     authorizer: authz::Authorizer,
     /// The `nodes` object requests are authorized against.
     node_name: String,
+    /// What `/exec`, `/attach` and `/portForward` ask for streaming URLs.
+    runtime: Option<Arc<dyn StreamRuntime>>,
 }
 
 /// Where each listener ended up (port 0 in [`Config`] binds an ephemeral port).
@@ -185,9 +191,10 @@ pub struct Server {
 pub async fn serve(
     config: Config,
     pods: Arc<dyn PodsView>,
+    runtime: Arc<dyn StreamRuntime>,
     api_server: Option<ApiServer>,
 ) -> Result<(), ServerError> {
-    let server = Server::start_with(&config, pods, api_server).await?;
+    let server = Server::start_streaming(&config, pods, Some(runtime), api_server).await?;
     let e = server.endpoints();
     tracing::info!(
         api = %e.api,
@@ -217,12 +224,24 @@ impl Server {
         pods: Arc<dyn PodsView>,
         api_server: Option<ApiServer>,
     ) -> Result<Self, ServerError> {
+        Self::start_streaming(config, pods, None, api_server).await
+    }
+
+    /// [`Server::start_with`], with the runtime that serves `/exec`,
+    /// `/attach` and `/portForward` (without one they answer 501).
+    pub async fn start_streaming(
+        config: &Config,
+        pods: Arc<dyn PodsView>,
+        runtime: Option<Arc<dyn StreamRuntime>>,
+        api_server: Option<ApiServer>,
+    ) -> Result<Self, ServerError> {
         let mode = config.authorization.mode_for(api_server.is_some())?;
         let hostname = tls::node_hostname();
         let access = Arc::new(match (mode, api_server) {
             (AuthorizationMode::Webhook, Some(api)) => ApiAccess {
                 authorizer: authz::Authorizer::webhook(api.client, &config.authorization),
                 node_name: api.node_name,
+                runtime,
             },
             (_, api) => {
                 if config.authorization.mode.is_none() {
@@ -234,6 +253,7 @@ impl Server {
                 ApiAccess {
                     authorizer: authz::Authorizer::AlwaysAllow,
                     node_name: api.map(|a| a.node_name).unwrap_or(hostname.clone()),
+                    runtime,
                 }
             }
         });
@@ -419,13 +439,19 @@ async fn serve_http<I>(
             {
                 return Ok(refused);
             }
-            Ok::<_, Infallible>(routes::handle(&pods, endpoint, authenticated, req).await)
+            let runtime = access
+                .runtime
+                .as_ref()
+                .filter(|_| endpoint == Endpoint::Api);
+            Ok::<_, Infallible>(routes::handle(&pods, runtime, endpoint, authenticated, req).await)
         }
     });
     if let Err(e) = http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT)
         .serve_connection(io, service)
+        // Streaming requests become spliced connections after their 101.
+        .with_upgrades()
         .await
     {
         tracing::debug!(%peer, %endpoint, "connection ended: {e}");
@@ -438,7 +464,7 @@ async fn authorize(
     access: &ApiAccess,
     user: authz::User,
     req: &hyper::Request<hyper::body::Incoming>,
-) -> Option<hyper::Response<http_body_util::Full<hyper::body::Bytes>>> {
+) -> Option<hyper::Response<routes::Body>> {
     let attrs = authz::Attributes::new(user, req.method(), req.uri().path(), &access.node_name);
     match access.authorizer.allowed(&attrs).await {
         Ok(true) => None,

@@ -31,7 +31,7 @@ use tokio::{
 use crate::{
     config::Config,
     cri::Runtime,
-    flow::{PodEvent, PodSource, PodsView, StatusSink},
+    flow::{ContainerRef, PodEvent, PodSource, PodsView, StatusSink},
 };
 
 mod atomic_writer;
@@ -127,8 +127,10 @@ pub struct View {
 #[derive(Clone)]
 struct ViewEntry {
     pod: Pod,
-    /// The newest instance's CRI log file, by container name.
-    logs: BTreeMap<String, PathBuf>,
+    /// By container name.
+    containers: BTreeMap<String, ContainerRef>,
+    /// The Ready sandbox's id.
+    sandbox: Option<String>,
 }
 
 impl View {
@@ -136,8 +138,36 @@ impl View {
         self.pods.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn set(&self, uid: &str, pod: Pod, logs: BTreeMap<String, PathBuf>) {
-        self.lock().insert(uid.to_owned(), ViewEntry { pod, logs });
+    fn set(
+        &self,
+        uid: &str,
+        pod: Pod,
+        containers: BTreeMap<String, ContainerRef>,
+        sandbox: Option<String>,
+    ) {
+        self.lock().insert(
+            uid.to_owned(),
+            ViewEntry {
+                pod,
+                containers,
+                sandbox,
+            },
+        );
+    }
+
+    fn entry<T>(
+        &self,
+        namespace: &str,
+        pod: &str,
+        f: impl FnOnce(&ViewEntry) -> Option<T>,
+    ) -> Option<T> {
+        self.lock()
+            .values()
+            .find(|e| {
+                e.pod.metadata.namespace.as_deref() == Some(namespace)
+                    && e.pod.metadata.name.as_deref() == Some(pod)
+            })
+            .and_then(f)
     }
 
     fn remove(&self, uid: &str) {
@@ -145,19 +175,31 @@ impl View {
     }
 }
 
+/// What the HTTP API needs of a container's instances (newest first).
+fn container_ref(instances: &[pod_task::Instance]) -> Option<ContainerRef> {
+    let latest = &instances.first()?.status;
+    Some(ContainerRef {
+        id: latest.id.clone(),
+        running: latest.state == crate::cri::ContainerState::Running,
+        log: latest.log_path.clone(),
+        previous_log: instances
+            .get(1)
+            .filter(|i| i.status.state == crate::cri::ContainerState::Exited)
+            .and_then(|i| i.status.log_path.clone()),
+    })
+}
+
 impl PodsView for View {
     fn pods(&self) -> Vec<Pod> {
         self.lock().values().map(|e| e.pod.clone()).collect()
     }
 
-    fn container_log(&self, namespace: &str, pod: &str, container: &str) -> Option<PathBuf> {
-        self.lock()
-            .values()
-            .find(|e| {
-                e.pod.metadata.namespace.as_deref() == Some(namespace)
-                    && e.pod.metadata.name.as_deref() == Some(pod)
-            })
-            .and_then(|e| e.logs.get(container).cloned())
+    fn container(&self, namespace: &str, pod: &str, container: &str) -> Option<ContainerRef> {
+        self.entry(namespace, pod, |e| e.containers.get(container).cloned())
+    }
+
+    fn sandbox(&self, namespace: &str, pod: &str) -> Option<String> {
+        self.entry(namespace, pod, |e| e.sandbox.clone())
     }
 }
 

@@ -26,7 +26,7 @@ use crate::{
         ContainerFilter, ContainerState, ContainerStatus, CriError, ImageInfo, Runtime,
         SandboxFilter, SandboxInfo, SandboxState, SandboxStatus,
     },
-    flow::PodSource,
+    flow::{ContainerRef, PodSource},
     pod::{
         ContainerSpec, InvalidPod, PodSpec, PullPolicy,
         backoff::{CrashLoopBackoff, ImagePullBackoff, PullGate, RestartGate, instant_of},
@@ -309,7 +309,7 @@ impl<R: Runtime + 'static> PodTask<R> {
                 if self.last_status.is_none() {
                     tracing::warn!(pod = %self.full_name(), error = %e, "invalid pod spec");
                 }
-                self.publish(status, BTreeMap::new());
+                self.publish(status, BTreeMap::new(), None);
                 return;
             }
         };
@@ -733,13 +733,13 @@ impl<R: Runtime + 'static> PodTask<R> {
     pub(super) fn publish_with(&mut self, spec: &PodSpec, snap: &Snapshot, terminal: bool) {
         let now = timestamp_now();
         let mut views = BTreeMap::new();
-        let mut logs = BTreeMap::new();
+        let mut refs = BTreeMap::new();
         for c in spec.all_containers() {
             let instances = snap.containers.get(&c.name);
             let latest = instances.and_then(|v| v.first()).map(|i| &i.status);
             let hold = self.waiting.get(&c.name).cloned();
-            if let Some(p) = latest.and_then(|l| l.log_path.clone()) {
-                logs.insert(c.name.clone(), p);
+            if let Some(r) = instances.and_then(|v| super::container_ref(v)) {
+                refs.insert(c.name.clone(), r);
             }
             if latest.is_none() && hold.is_none() {
                 continue;
@@ -790,16 +790,26 @@ impl<R: Runtime + 'static> PodTask<R> {
             now,
         };
         let status = pod_status(&view);
-        self.publish(status, logs);
+        let sandbox = snap
+            .ready
+            .as_ref()
+            .filter(|_| !terminal)
+            .map(|s| s.id.clone());
+        self.publish(status, refs, sandbox);
     }
 
-    fn publish(&mut self, status: PodStatus, logs: BTreeMap<String, std::path::PathBuf>) {
+    fn publish(
+        &mut self,
+        status: PodStatus,
+        refs: BTreeMap<String, ContainerRef>,
+        sandbox: Option<String>,
+    ) {
         if self.last_status.as_ref() != Some(&status) {
             self.shared.sink.publish(&self.pod, &self.source, &status);
             self.last_status = Some(status.clone());
         }
         let mut pod = self.pod.clone();
         pod.status = Some(status);
-        self.shared.view.set(&self.uid, pod, logs);
+        self.shared.view.set(&self.uid, pod, refs, sandbox);
     }
 }

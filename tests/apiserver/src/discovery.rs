@@ -125,6 +125,22 @@ pub fn resource_list(group: &str, version: &str) -> Option<Value> {
                 "name": "pods/eviction", "singularName": "", "namespaced": true,
                 "group": "policy", "version": "v1", "kind": "Eviction", "verbs": ["create"],
             }));
+            // Served by the pod's kubelet (`kubelet_proxy`).
+            for (sub, kind, verbs) in [
+                ("attach", "PodAttachOptions", json!(["create", "get"])),
+                ("exec", "PodExecOptions", json!(["create", "get"])),
+                ("log", "Pod", json!(["get"])),
+                (
+                    "portforward",
+                    "PodPortForwardOptions",
+                    json!(["create", "get"]),
+                ),
+            ] {
+                list.push(json!({
+                    "name": format!("pods/{sub}"), "singularName": "", "namespaced": true,
+                    "kind": kind, "verbs": verbs,
+                }));
+            }
         }
         if r.group.is_empty() && r.plural == "serviceaccounts" {
             list.push(json!({

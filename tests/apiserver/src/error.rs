@@ -103,6 +103,15 @@ pub enum ApiError {
         "the request has been made before all known HTTP paths have been installed, or the server is stopping"
     )]
     Unavailable,
+    /// A Status built field by field, as upstream does for errors it relays
+    /// (a kubelet's answer) or that are no Status at all (reason "").
+    #[error("{message}")]
+    Other {
+        code: u16,
+        reason: &'static str,
+        message: String,
+        details: Option<Value>,
+    },
 }
 
 impl ApiError {
@@ -175,6 +184,7 @@ impl ApiError {
             ApiError::Unavailable => 503,
             ApiError::TooManyRequests { .. } => 429,
             ApiError::Internal(_) => 500,
+            ApiError::Other { code, .. } => *code,
         }
     }
 
@@ -195,6 +205,7 @@ impl ApiError {
             ApiError::Unavailable => "ServiceUnavailable",
             ApiError::TooManyRequests { .. } => "TooManyRequests",
             ApiError::Internal(_) => "InternalError",
+            ApiError::Other { reason, .. } => reason,
         }
     }
 
@@ -238,6 +249,7 @@ impl ApiError {
                 "retryAfterSeconds": 0,
             })),
             ApiError::Internal(message) => Some(json!({"causes": [{"message": message}]})),
+            ApiError::Other { details, .. } => details.clone(),
             _ => None,
         };
         let mut status = json!({
@@ -251,6 +263,12 @@ impl ApiError {
         });
         if let Some(d) = details {
             status["details"] = d;
+        }
+        // StatusReasonUnknown is the empty string, left out on the wire.
+        if self.reason().is_empty()
+            && let Some(s) = status.as_object_mut()
+        {
+            s.remove("reason");
         }
         status
     }

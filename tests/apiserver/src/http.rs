@@ -11,10 +11,12 @@ use tokio::sync::watch;
 use crate::{
     discovery,
     error::ApiError,
-    handlers, rbac,
+    handlers,
+    kubelet_proxy::{self, Kubelets, Subresource},
+    rbac,
     resources::{self, ResourceDef},
     store::Store,
-    tokens::{self, SigningKey},
+    tokens::{self, SigningKey, User},
 };
 
 pub type Body = UnsyncBoxBody<Bytes, std::io::Error>;
@@ -32,6 +34,8 @@ pub struct State {
     pub shutdown: watch::Receiver<bool>,
     /// Every authenticated request, like an audit log.
     pub requests: Arc<std::sync::Mutex<Vec<Audit>>>,
+    /// Routes and TLS for the subresources served by kubelets.
+    pub kubelets: Arc<Kubelets>,
 }
 
 /// One authenticated request: who, and `METHOD path?query`.
@@ -116,15 +120,16 @@ pub async fn handle(
     let Some(user) = authenticate(&state, client_cert, &req) else {
         return Ok(error_response(&ApiError::Unauthorized));
     };
-    // Every authenticated user may do anything: a real cluster would now
-    // ask RBAC (`rbac.rs` answers SubjectAccessReviews, but does not guard
-    // requests), so a test passing here proves nothing about permissions.
+    // Every authenticated user may do anything but reach kubelets: a real
+    // cluster would ask RBAC for every request (`rbac.rs` answers
+    // SubjectAccessReviews), so a test passing here proves nothing about
+    // permissions, except for the pod subresources `kubelet_proxy` serves.
     state
         .requests
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .push(Audit {
-            user,
+            user: user.name.clone(),
             request: format!("{} {}", req.method(), req.uri()),
         });
     tracing::debug!(method = %req.method(), uri = %req.uri(), content_type = ?req.headers().get(header::CONTENT_TYPE), accept = ?req.headers().get(header::ACCEPT), "request");
@@ -153,6 +158,12 @@ pub async fn handle(
         ["openapi", "v2"] => openapi_v2(&req),
         ["openapi", "v3"] => ok(Some(discovery::openapi_root())),
         ["openapi", "v3", rest @ ..] => ok(discovery::openapi_gv(&rest.join("/"))),
+        ["api", "v1", "namespaces", ns, "pods", name, sub]
+            if let Some(sub) = Subresource::parse(sub) =>
+        {
+            let (ns, name) = (ns.to_string(), name.to_string());
+            kubelet_proxy::handle(state, &user, &ns, &name, sub, req).await
+        }
         ["api", "v1", rest @ ..] => resource(state, "", "v1", rest, query, req).await,
         ["apis", "authorization.k8s.io", "v1", "subjectaccessreviews"] => {
             subject_access_review(&state, req).await
@@ -167,10 +178,15 @@ pub async fn handle(
 }
 
 /// The user a request authenticates as, or `None` for a 401: the client
-/// certificate, the static token, or a live service-account token.
-fn authenticate(state: &State, client_cert: bool, req: &Request<Incoming>) -> Option<String> {
+/// certificate and the static token are superusers (group
+/// `system:masters`), a live service-account token is its account.
+fn authenticate(state: &State, client_cert: bool, req: &Request<Incoming>) -> Option<User> {
+    let admin = |name: &str| User {
+        name: name.into(),
+        groups: vec!["system:masters".into(), "system:authenticated".into()],
+    };
     if client_cert {
-        return Some("weir-test-admin".into());
+        return Some(admin("weir-test-admin"));
     }
     let token = req
         .headers()
@@ -180,11 +196,11 @@ fn authenticate(state: &State, client_cert: bool, req: &Request<Incoming>) -> Op
         .strip_prefix("Bearer ")?
         .trim();
     if token == state.token {
-        return Some("weir-test-token".into());
+        return Some(admin("weir-test-token"));
     }
     let inner = state.store.lock();
     match tokens::authenticate(&inner, &state.service_account_key, token) {
-        Ok(user) => Some(user.name),
+        Ok(user) => Some(user),
         Err(why) => {
             tracing::debug!("bearer token refused: {why}");
             None

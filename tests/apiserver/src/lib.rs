@@ -24,6 +24,7 @@ mod eventually;
 mod evictions;
 mod handlers;
 mod http;
+mod kubelet_proxy;
 mod patch;
 mod pods;
 mod proto;

@@ -1,5 +1,9 @@
 //! `weir-test-apiserver --listen ADDR --kubeconfig FILE`: serve until killed.
-use std::{net::SocketAddr, path::PathBuf, time::Duration};
+use std::{
+    net::{SocketAddr, ToSocketAddrs as _},
+    path::PathBuf,
+    time::Duration,
+};
 
 use clap::Parser;
 use weir_test_apiserver::{Options, TestApiServer};
@@ -29,6 +33,23 @@ struct Cli {
     /// TokenRequest (any value; kube-apiserver wants at least 3600).
     #[arg(long = "service-account-max-token-expiration", value_name = "SECS")]
     max_token_expiration: Option<u64>,
+    /// Dial NODE's kubelet at HOST:PORT instead of the address its Node
+    /// reports (for logs, exec, attach, port-forward); repeatable.
+    #[arg(long = "kubelet-route", value_name = "NODE=HOST:PORT", value_parser = parse_route)]
+    kubelet_routes: Vec<(String, SocketAddr)>,
+}
+
+fn parse_route(s: &str) -> Result<(String, SocketAddr), String> {
+    let (node, target) = s
+        .split_once('=')
+        .filter(|(n, _)| !n.is_empty())
+        .ok_or_else(|| format!("{s:?} is not NODE=HOST:PORT"))?;
+    let addr = target
+        .to_socket_addrs()
+        .map_err(|e| format!("kubelet route of {node}: {target:?}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("kubelet route of {node}: {target:?} has no address"))?;
+    Ok((node.to_string(), addr))
 }
 
 #[tokio::main]
@@ -47,10 +68,14 @@ async fn main() -> anyhow::Result<()> {
         max_token_expiration: cli.max_token_expiration.map(Duration::from_secs),
     })
     .await?;
+    for (node, addr) in &cli.kubelet_routes {
+        server.route_kubelet(node, *addr);
+    }
     eprintln!(
-        "weir-test-apiserver: serving {} ; kubeconfig {}",
+        "weir-test-apiserver: serving {} ; kubeconfig {} ; CA {}",
         server.url(),
-        server.kubeconfig_path().display()
+        server.kubeconfig_path().display(),
+        server.ca_path().display()
     );
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {

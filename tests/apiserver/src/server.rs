@@ -20,7 +20,7 @@ use tokio::{
 };
 use tokio_rustls::TlsAcceptor;
 
-use crate::{error::Error, http, semantics, store::Store, tls::Pki};
+use crate::{error::Error, http, kubelet_proxy::Kubelets, semantics, store::Store, tls::Pki};
 
 /// How to start a [`TestApiServer`].
 #[derive(Debug, Clone)]
@@ -68,10 +68,12 @@ pub struct TestApiServer {
     addr: SocketAddr,
     options: Options,
     kubeconfig_path: PathBuf,
+    ca_path: PathBuf,
     /// The temporary directory holding the kubeconfig, removed on drop.
     temp_dir: Option<PathBuf>,
     running: Mutex<Option<Running>>,
     requests: Arc<Mutex<Vec<http::Audit>>>,
+    kubelets: Arc<Kubelets>,
 }
 
 fn bind(addr: SocketAddr) -> Result<TcpListener, Error> {
@@ -116,17 +118,33 @@ impl TestApiServer {
                 (dir.join("kubeconfig"), Some(dir))
             }
         };
+        let kubelets = Arc::new(Kubelets::new(pki.kubelet_client_config()?));
         let server = TestApiServer {
             store,
             pki,
             acceptor,
             addr,
             options,
+            ca_path: kubeconfig_path.with_file_name("ca.crt"),
             kubeconfig_path,
             temp_dir,
             running: Mutex::new(None),
             requests: Arc::default(),
+            kubelets,
         };
+        // The CA first: a process that waits for the kubeconfig may then
+        // read both.
+        if let Some(dir) = server
+            .ca_path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+        {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        std::fs::write(&server.ca_path, &server.pki.ca_pem).map_err(|source| Error::Write {
+            path: server.ca_path.clone(),
+            source,
+        })?;
         server.write_kubeconfig(&server.kubeconfig_path)?;
         server.serve(listener);
         Ok(server)
@@ -143,6 +161,7 @@ impl TestApiServer {
             server_addr: self.addr.to_string(),
             shutdown: rx.clone(),
             requests: self.requests.clone(),
+            kubelets: self.kubelets.clone(),
         });
         let task = tokio::spawn(accept_loop(listener, self.acceptor.clone(), state, rx));
         *self.running.lock().unwrap_or_else(|e| e.into_inner()) = Some(Running { shutdown, task });
@@ -189,6 +208,22 @@ impl TestApiServer {
 
     pub fn kubeconfig_path(&self) -> &Path {
         &self.kubeconfig_path
+    }
+
+    /// `ca.crt` beside the kubeconfig: the PEM of [`ca_pem`](Self::ca_pem),
+    /// which also signs the certificate this server shows kubelets (user
+    /// `kube-apiserver-kubelet-client`, group `system:masters`). A kubelet
+    /// takes it as `authentication.x509.clientCAFile`.
+    pub fn ca_path(&self) -> &Path {
+        &self.ca_path
+    }
+
+    /// Dials `node`'s kubelet at `addr` instead of the address its Node
+    /// reports, as an egress selector would (tests run kubelets where this
+    /// server cannot reach their addresses). The Node must still exist with
+    /// an address, as upstream needs one; the latest route for a node wins.
+    pub fn route_kubelet(&self, node: &str, addr: SocketAddr) {
+        self.kubelets.route(node, addr);
     }
 
     /// The kubeconfig text: CA data, the server URL, a client certificate
@@ -363,8 +398,9 @@ async fn connection(tcp: tokio::net::TcpStream, acceptor: TlsAcceptor, state: Ar
         .peer_certificates()
         .is_some_and(|c| !c.is_empty());
     let service = service_fn(move |req| http::handle(state.clone(), client_cert, req));
+    // With upgrades, or exec, attach and port-forward could not be proxied.
     if let Err(e) = auto::Builder::new(TokioExecutor::new())
-        .serve_connection(TokioIo::new(tls), service)
+        .serve_connection_with_upgrades(TokioIo::new(tls), service)
         .await
     {
         tracing::debug!("connection ended: {e}");

@@ -1,6 +1,6 @@
 //! A throwaway PKI (CA, serving certificate, admin client certificate,
-//! service-account signing key), the rustls server configuration, and the
-//! kubeconfig clients use.
+//! kubelet client certificate, service-account signing key), the rustls
+//! server and kubelet-client configurations, and the kubeconfig clients use.
 use std::{net::IpAddr, sync::Arc};
 
 use base64::Engine as _;
@@ -9,12 +9,17 @@ use rcgen::{
     KeyPair, KeyUsagePurpose, SanType,
 };
 use rustls::{
-    RootCertStore, ServerConfig,
-    pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer},
+    ClientConfig, DigitallySignedStruct, RootCertStore, ServerConfig, SignatureScheme,
+    client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier},
+    crypto::CryptoProvider,
+    pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName, UnixTime},
     server::WebPkiClientVerifier,
 };
 
 use crate::{error::Error, tokens::SigningKey};
+
+/// The user the kubelet client certificate names.
+pub const KUBELET_CLIENT_USER: &str = "kube-apiserver-kubelet-client";
 
 /// Everything a client needs to trust and authenticate to the server.
 pub struct Pki {
@@ -24,6 +29,9 @@ pub struct Pki {
     server_key_der: Vec<u8>,
     pub client_cert_pem: String,
     pub client_key_pem: String,
+    /// `--kubelet-client-certificate`: what this server shows a kubelet.
+    kubelet_client_der: CertificateDer<'static>,
+    kubelet_client_key_der: Vec<u8>,
     pub token: String,
     /// Signs and verifies service-account tokens; kept for the server's
     /// life, so tokens stay valid across a restart.
@@ -80,6 +88,19 @@ impl Pki {
         let client_key = KeyPair::generate()?;
         let client_cert = client.signed_by(&client_key, &ca)?;
 
+        // kubeadm's name and group for it: a kubelet's webhook authorizer
+        // then allows it nodes/proxy as a superuser.
+        let mut kubelet_client = CertificateParams::new(Vec::<String>::new())?;
+        kubelet_client
+            .distinguished_name
+            .push(DnType::CommonName, KUBELET_CLIENT_USER);
+        kubelet_client
+            .distinguished_name
+            .push(DnType::OrganizationName, "system:masters");
+        kubelet_client.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let kubelet_client_key = KeyPair::generate()?;
+        let kubelet_client_cert = kubelet_client.signed_by(&kubelet_client_key, &ca)?;
+
         Ok(Pki {
             ca_pem: ca.pem(),
             ca_der: ca.der().clone(),
@@ -87,6 +108,8 @@ impl Pki {
             server_key_der: server_key.serialize_der(),
             client_cert_pem: client_cert.pem(),
             client_key_pem: client_key.serialize_pem(),
+            kubelet_client_der: kubelet_client_cert.der().clone(),
+            kubelet_client_key_der: kubelet_client_key.serialize_der(),
             token: uuid::Uuid::new_v4().simple().to_string(),
             service_account_key: Arc::new(SigningKey::generate()?),
         })
@@ -108,6 +131,26 @@ impl Pki {
             .with_client_cert_verifier(verifier)
             .with_single_cert(vec![self.server_der.clone(), self.ca_der.clone()], key)?;
         config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        Ok(Arc::new(config))
+    }
+
+    /// How this server dials kubelets: HTTP/1.1 (upgrades need it), the
+    /// kubelet client certificate, and no check of the kubelet's serving
+    /// certificate, as kube-apiserver without `--kubelet-certificate-authority`.
+    pub fn kubelet_client_config(&self) -> Result<Arc<ClientConfig>, Error> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(
+            self.kubelet_client_key_der.clone(),
+        ));
+        let mut config = ClientConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()?
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(AnyServerCert(provider)))
+            .with_client_auth_cert(
+                vec![self.kubelet_client_der.clone(), self.ca_der.clone()],
+                key,
+            )?;
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
         Ok(Arc::new(config))
     }
 
@@ -150,5 +193,55 @@ preferences: {{}}
             key = b64(&self.client_key_pem),
             token = self.token,
         )
+    }
+}
+
+/// Accepts any serving certificate, but still checks that the handshake is
+/// signed by its key, so the TLS session itself is sound.
+#[derive(Debug)]
+struct AnyServerCert(Arc<CryptoProvider>);
+
+impl ServerCertVerifier for AnyServerCert {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
     }
 }

@@ -1,13 +1,12 @@
 //! The server through the real kubectl (skipped, loudly, when it is absent).
 use std::{path::Path, process::Stdio, time::Duration};
 
-use tokio::{
-    io::{AsyncBufReadExt as _, BufReader},
-    process::Command,
-};
+use tokio::io::{AsyncBufReadExt as _, BufReader};
 use weir_test_apiserver::{Options, TestApiServer};
 
-const KUBECTL: &str = "/usr/bin/kubectl";
+mod common;
+
+use common::{KUBECTL, kubectl, kubectl_cmd};
 
 /// A server, or `None` (said loudly) when kubectl is not installed.
 async fn server_for_kubectl() -> Option<TestApiServer> {
@@ -16,32 +15,6 @@ async fn server_for_kubectl() -> Option<TestApiServer> {
         return None;
     }
     Some(TestApiServer::start(Options::default()).await.unwrap())
-}
-
-fn kubectl_cmd(server: &TestApiServer, args: &[&str]) -> Command {
-    let cache = server.kubeconfig_path().with_file_name("kubectl-cache");
-    let mut cmd = Command::new(KUBECTL);
-    cmd.arg("--kubeconfig")
-        .arg(server.kubeconfig_path())
-        .arg("--cache-dir")
-        .arg(cache)
-        .args(args)
-        .env_remove("KUBECONFIG")
-        .stdin(Stdio::null());
-    cmd
-}
-
-/// Runs kubectl to completion: (success, stdout, stderr).
-async fn kubectl(server: &TestApiServer, args: &[&str]) -> (bool, String, String) {
-    let out = tokio::time::timeout(Duration::from_secs(60), kubectl_cmd(server, args).output())
-        .await
-        .expect("kubectl finishes")
-        .expect("kubectl runs");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 async fn ok(server: &TestApiServer, args: &[&str]) -> String {

@@ -245,7 +245,27 @@ impl Relay {
         Self::serve(listener, upstream)
     }
 
+    /// A relay on the root namespace's loopback to `127.0.0.1:port` inside
+    /// network namespace `netns`: how the API server reaches a kubelet that
+    /// listens on its node namespace's loopback (kube-apiserver's egress
+    /// selector plays this part in clusters whose nodes it cannot dial).
+    pub fn start_into_netns(netns: &crate::topology::Netns, port: u16) -> Result<Self> {
+        let path = netns.path();
+        let dial = move || -> io::Result<TcpStream> {
+            crate::topology::in_netns(&path, move || Ok(TcpStream::connect(("127.0.0.1", port))?))
+                .map_err(io::Error::other)
+        };
+        Self::serve_with(TcpListener::bind("127.0.0.1:0")?, dial)
+    }
+
     fn serve(listener: TcpListener, upstream: SocketAddr) -> Result<Self> {
+        Self::serve_with(listener, move || TcpStream::connect(upstream))
+    }
+
+    fn serve_with(
+        listener: TcpListener,
+        dial: impl Fn() -> io::Result<TcpStream> + Send + 'static,
+    ) -> Result<Self> {
         let addr = listener.local_addr()?;
         let open = Arc::new(AtomicBool::new(true));
         let stop = Arc::new(AtomicBool::new(false));
@@ -261,7 +281,7 @@ impl Relay {
                     drop(client);
                     continue;
                 }
-                let Ok(server) = TcpStream::connect(upstream) else {
+                let Ok(server) = dial() else {
                     continue;
                 };
                 if let (Ok(c2), Ok(s2)) = (client.try_clone(), server.try_clone()) {

@@ -117,6 +117,7 @@ impl ChartNode {
                 static_dir: None,
                 read_only_port: Some(READ_ONLY_PORT),
                 resolv_conf: Some(resolv_conf),
+                client_ca_file: None,
             },
         )?;
         let kubelet = Kubelet::start(&ctrd, &config, Some(&kubeconfig), NODE)?;

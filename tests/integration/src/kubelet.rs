@@ -44,6 +44,9 @@ pub struct ConfigOptions {
     /// The node's resolv.conf (`resolvConf`); `None` keeps the kubelet's
     /// default, the machine's /etc/resolv.conf.
     pub resolv_conf: Option<PathBuf>,
+    /// `authentication.x509.clientCAFile`: the CA of the API server's
+    /// kubelet client certificate, so that it may proxy logs and streams.
+    pub client_ca_file: Option<PathBuf>,
 }
 
 impl Kubelet {
@@ -289,6 +292,12 @@ address: 127.0.0.1
     }
     if let Some(file) = &opts.resolv_conf {
         text.push_str(&format!("resolvConf: {}\n", file.display()));
+    }
+    if let Some(file) = &opts.client_ca_file {
+        text.push_str(&format!(
+            "authentication:\n  x509:\n    clientCAFile: {}\n",
+            file.display()
+        ));
     }
     text.push_str(&format!(
         "fileCheckFrequency: 2s

@@ -121,9 +121,11 @@ async fn running_with_status(k: &Kubelet, cri: &CriRuntime) -> Result<()> {
             .any(|p| uid_of(p) == uid && p.status.as_ref().is_some_and(|s| phase(s) == "Running")),
         "PodsView: {listed:?}"
     );
-    let log = view
-        .container_log("default", "web", "httpd")
-        .context("log path")?;
+    let c = view
+        .container("default", "web", "httpd")
+        .context("container in the view")?;
+    ensure!(c.running && !c.id.is_empty(), "{c:?}");
+    let log = c.log.context("log path")?;
     ensure!(log.exists(), "{} missing", log.display());
     Ok(())
 }

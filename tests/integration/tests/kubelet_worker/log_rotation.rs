@@ -39,7 +39,8 @@ async fn chatty_container_is_rotated(ctrd: &Containerd, k: &Kubelet) -> Result<(
     let log = k
         .worker
         .view()
-        .container_log("default", "chatty", "c")
+        .container("default", "chatty", "c")
+        .and_then(|c| c.log)
         .context("log path")?;
     let dir = log.parent().context("log dir")?.to_owned();
     let policy = LogRotation {
