@@ -1,12 +1,17 @@
 //! The pod subresources kube-apiserver serves from the pod's kubelet: `log`
 //! (a GET whose body is streamed through) and `exec`, `attach`,
-//! `portforward` (upgraded connections spliced byte for byte, no protocol
-//! translation). Upstream: `pkg/registry/core/pod/strategy.go` (the kubelet
-//! locations), `pkg/registry/core/pod/rest/{log,subresources}.go`, and
-//! apimachinery's `util/proxy/upgradeaware.go`; `backend.rs` is the client
-//! side.
+//! `portforward` (upgraded connections: a WebSocket exec or attach in
+//! `v5.channel.k8s.io` and a port-forward WebSocket tunnelling SPDY are
+//! translated to SPDY for the kubelet, `translate.rs` over `spdy.rs`; any
+//! other upgrade is spliced byte for byte). Upstream:
+//! `pkg/registry/core/pod/strategy.go` (the kubelet locations),
+//! `pkg/registry/core/pod/rest/{log,subresources}.go`, and apiserver's
+//! `util/proxy/{upgradeaware,streamtranslator,streamtunnel}.go`;
+//! `backend.rs` is the client side.
 mod backend;
 mod options;
+mod spdy;
+mod translate;
 
 use std::{
     collections::HashMap,
@@ -419,8 +424,9 @@ fn is_upgrade(req: &Request<Incoming>) -> bool {
     })
 }
 
-/// exec, attach, portforward: the kubelet location, then the upgrade-aware
-/// proxy.
+/// exec, attach, portforward: the kubelet location, then the stream
+/// translator (WebSocket v5 and port-forward tunnels, `translate.rs`) or the
+/// upgrade-aware proxy.
 async fn stream(
     state: &Arc<State>,
     ns: &str,
@@ -444,11 +450,13 @@ async fn stream(
     if !is_upgrade(&req) {
         return Err(ApiError::BadRequest("Upgrade request required".into()));
     }
+    let location = format!("{path}{}", options::encode(&opts.kubelet_params()));
+    if let Some(plan) = translate::plan(sub, req.headers(), opts.streams()) {
+        return translate::serve(state, &target, &location, plan, req).await;
+    }
     let client_upgrade = hyper::upgrade::on(&mut req);
     let (parts, body) = req.into_parts();
-    let mut forward = Request::builder()
-        .method(parts.method)
-        .uri(format!("{path}{}", options::encode(&opts.kubelet_params())));
+    let mut forward = Request::builder().method(parts.method).uri(location);
     for (name, value) in &parts.headers {
         // The caller's credentials are for this server only; the kubelet
         // gets ours (the client certificate).
@@ -460,39 +468,54 @@ async fn stream(
         .header(header::HOST, target.authority())
         .body(body)
         .map_err(|e| ApiError::Internal(e.to_string()))?;
-    let mut upstream = Upstream::request(&state.kubelets.tls, &target, forward)
+    let mut upstream = dial(state, &target, forward).await?;
+    if upstream.response.status() != StatusCode::SWITCHING_PROTOCOLS {
+        return refused(upstream).await;
+    }
+    let backend_upgrade = hyper::upgrade::on(&mut upstream.response);
+    upstream.detach();
+    let mut reply = Response::builder().status(StatusCode::SWITCHING_PROTOCOLS);
+    for (name, value) in upstream.response.headers() {
+        reply = reply.header(name, value);
+    }
+    tokio::spawn(backend::splice(
+        client_upgrade,
+        backend_upgrade,
+        state.shutdown.clone(),
+    ));
+    Ok(reply
+        .body(Empty::new().map_err(|n| match n {}).boxed_unsync())
+        .unwrap_or_default())
+}
+
+/// Sends a streaming request to the kubelet; its answer's head.
+async fn dial<B>(state: &State, target: &Target, req: Request<B>) -> Result<Upstream, ApiError>
+where
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    Upstream::request(&state.kubelets.tls, target, req)
         .await
         .map_err(|e| {
             unknown(match e {
                 Failed::Dial(e) => format!("error dialing backend: {e}"),
                 Failed::Exchange(e) => e,
             })
-        })?;
+        })
+}
+
+/// A kubelet's answer to an upgrade that is no 101. A refusal (4xx/5xx)
+/// goes back as the kubelet sent it: clients decide from it whether to fall
+/// back (kubectl from WebSocket to SPDY).
+async fn refused(upstream: Upstream) -> Result<Response<Body>, ApiError> {
     let status = upstream.response.status();
-    if status == StatusCode::SWITCHING_PROTOCOLS {
-        let backend_upgrade = hyper::upgrade::on(&mut upstream.response);
-        upstream.detach();
-        let mut reply = Response::builder().status(StatusCode::SWITCHING_PROTOCOLS);
-        for (name, value) in upstream.response.headers() {
-            reply = reply.header(name, value);
-        }
-        tokio::spawn(backend::splice(
-            client_upgrade,
-            backend_upgrade,
-            state.shutdown.clone(),
-        ));
-        return Ok(reply
-            .body(Empty::new().map_err(|n| match n {}).boxed_unsync())
-            .unwrap_or_default());
-    }
     if status.as_u16() < 400 {
         return Err(unknown(format!(
             "invalid upgrade response: status code {}",
             status.as_u16()
         )));
     }
-    // A refused upgrade goes back as the kubelet sent it: clients decide
-    // from it whether to fall back (kubectl from websocket to SPDY).
     let mut reply = Response::builder().status(status);
     for (name, value) in upstream.response.headers() {
         if name != header::TRANSFER_ENCODING && name != header::CONNECTION {

@@ -1,7 +1,9 @@
 //! `pods/log`, `exec`, `attach` and `portforward` proxied to the pod's
 //! kubelet, here a fake one over real HTTPS that demands the server's
 //! kubelet client certificate; reached through kube-rs, raw HTTP/1.1
-//! upgrades, and kubectl.
+//! upgrades, a WebSocket client in `v5.channel.k8s.io` and in the
+//! port-forward tunnel (translated to SPDY for the kubelet, whose remote
+//! command server `kubelet_proxy/spdy.rs` stands in for), and kubectl.
 use std::{
     sync::{Arc, Mutex},
     time::Duration,
@@ -35,6 +37,8 @@ use weir_test_apiserver::{TestApiServer, eventually};
 mod common;
 #[path = "kubelet_proxy/fake.rs"]
 mod fake;
+#[path = "kubelet_proxy/spdy.rs"]
+mod spdy;
 
 use common::start;
 use fake::{FakeKubelet, Reply, Seen, pem_to_der};
@@ -157,9 +161,8 @@ fn plain(method: Method, uri: &str) -> Request<Empty<Bytes>> {
         .unwrap()
 }
 
-/// A websocket handshake as kubectl sends one, offering two stream
-/// protocol versions.
-fn upgrade(method: Method, uri: &str) -> Request<Empty<Bytes>> {
+/// A websocket handshake offering `protocols` (RFC 6455's example key).
+fn websocket(method: Method, uri: &str, protocols: &str) -> Request<Empty<Bytes>> {
     Request::builder()
         .method(method)
         .uri(uri)
@@ -167,11 +170,20 @@ fn upgrade(method: Method, uri: &str) -> Request<Empty<Bytes>> {
         .header("upgrade", "websocket")
         .header("sec-websocket-version", "13")
         .header("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ==")
-        .header("sec-websocket-protocol", "v5.channel.k8s.io")
-        .header("x-stream-protocol-version", "v5.channel.k8s.io")
-        .header("x-stream-protocol-version", "v4.channel.k8s.io")
+        .header("sec-websocket-protocol", protocols)
         .body(Empty::new())
         .unwrap()
+}
+
+/// A websocket handshake in `v4.channel.k8s.io` (kube-rs's): passed through
+/// to the kubelet as it is.
+fn upgrade(method: Method, uri: &str) -> Request<Empty<Bytes>> {
+    let mut req = websocket(method, uri, "v4.channel.k8s.io");
+    for v in ["v4.channel.k8s.io", "v3.channel.k8s.io"] {
+        req.headers_mut()
+            .append("x-stream-protocol-version", v.parse().unwrap());
+    }
+    req
 }
 
 async fn text(resp: Response<Incoming>) -> String {
@@ -210,8 +222,8 @@ fn echo() -> Reply {
             "sec-websocket-accept",
             "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=".into(),
         ),
-        ("sec-websocket-protocol", "v5.channel.k8s.io".into()),
-        ("x-stream-protocol-version", "v5.channel.k8s.io".into()),
+        ("sec-websocket-protocol", "v4.channel.k8s.io".into()),
+        ("x-stream-protocol-version", "v4.channel.k8s.io".into()),
     ])
 }
 
@@ -482,8 +494,8 @@ async fn an_upgraded_connection_carries_bytes_both_ways_with_half_close() {
     let h = resp.headers();
     assert_eq!(h["upgrade"], "websocket");
     assert_eq!(h["sec-websocket-accept"], "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=");
-    assert_eq!(h["sec-websocket-protocol"], "v5.channel.k8s.io");
-    assert_eq!(h["x-stream-protocol-version"], "v5.channel.k8s.io");
+    assert_eq!(h["sec-websocket-protocol"], "v4.channel.k8s.io");
+    assert_eq!(h["x-stream-protocol-version"], "v4.channel.k8s.io");
 
     let seen = c.kubelet.seen().pop().unwrap();
     assert_eq!(seen.header_values("upgrade"), ["websocket"]);
@@ -493,7 +505,7 @@ async fn an_upgraded_connection_carries_bytes_both_ways_with_half_close() {
     );
     assert_eq!(
         seen.header_values("x-stream-protocol-version"),
-        ["v5.channel.k8s.io", "v4.channel.k8s.io"]
+        ["v4.channel.k8s.io", "v3.channel.k8s.io"]
     );
     assert!(seen.headers.get("authorization").is_none());
 
@@ -696,6 +708,9 @@ async fn rbac_decides_who_reaches_the_kubelet() {
     let answer: Value = c.client.request(req).await.unwrap();
     assert_eq!(answer["status"]["allowed"], true, "{answer}");
 }
+
+#[path = "kubelet_proxy/translated.rs"]
+mod translated;
 
 #[path = "kubelet_proxy/kubectl.rs"]
 mod kubectl;

@@ -207,10 +207,14 @@ fn kubectl_exec_attach_port_forward_and_logs_reach_containers() -> Result<()> {
     )?;
     env.running("web")?;
 
-    // exec: output, stderr and the exit code come back.
+    // exec: output, stderr and the exit code come back, over kubectl's
+    // WebSocket in v5.channel.k8s.io (which the API server translates to
+    // SPDY for containerd): no fallback to SPDY in kubectl's log.
+    let started = Instant::now();
     let out = env.run(
         &[
             "exec",
+            "-v=6",
             "web",
             "-c",
             "httpd",
@@ -234,6 +238,13 @@ fn kubectl_exec_attach_port_forward_and_logs_reach_containers() -> Result<()> {
     ensure!(
         text(&out.stderr).contains("err\n"),
         "stderr {:?}",
+        text(&out.stderr)
+    );
+    println!("kubectl exec took {:?}", started.elapsed());
+    ensure!(
+        text(&out.stderr).contains("The subprotocol is v5.channel.k8s.io")
+            && !text(&out.stderr).contains("fallback"),
+        "kubectl did not use the WebSocket in v5: {:?}",
         text(&out.stderr)
     );
 
@@ -307,10 +318,17 @@ fn port_forward(env: &Env) -> Result<()> {
         .local_addr()?
         .port();
     let mut cmd = env.kubectl();
-    cmd.args(["port-forward", "pod/web", &format!("{local}:8080")])
+    // -v=6 shows a fallback from the WebSocket tunnel to SPDY, if any.
+    cmd.args(["port-forward", "-v=6", "pod/web", &format!("{local}:8080")])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let (child, rx) = spawn_lines(&mut cmd)?;
+    let (mut child, rx) = spawn_lines(&mut cmd)?;
+    let mut stderr = child.0.stderr.take().context("no stderr pipe")?;
+    let log = std::thread::spawn(move || {
+        let mut all = String::new();
+        let _ = std::io::Read::read_to_string(&mut stderr, &mut all);
+        all
+    });
     let (_, line) = rx
         .recv_timeout(Duration::from_secs(30))
         .context("port-forward printed nothing")?;
@@ -335,6 +353,15 @@ fn port_forward(env: &Env) -> Result<()> {
         );
     }
     drop(child);
+    let log = log.join().unwrap_or_default();
+    ensure!(
+        log.contains("Before WebSocket Upgrade Connection"),
+        "kubectl port-forward did not try the WebSocket tunnel: {log:?}"
+    );
+    ensure!(
+        !log.contains("fallback"),
+        "kubectl port-forward fell back from the WebSocket tunnel: {log:?}"
+    );
     Ok(())
 }
 

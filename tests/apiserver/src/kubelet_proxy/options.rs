@@ -200,6 +200,15 @@ impl LogOptions {
     }
 }
 
+/// Which streams an exec or attach was created with.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Streams {
+    pub stdin: bool,
+    pub stdout: bool,
+    pub stderr: bool,
+    pub tty: bool,
+}
+
 /// PodExecOptions, PodAttachOptions or PodPortForwardOptions. Nothing is
 /// validated here: upstream leaves "at least one stream" and "a command"
 /// to the kubelet, whose refusal reaches the client as it sent it.
@@ -246,6 +255,17 @@ impl StreamOptions {
             },
             ports: Vec::new(),
         })
+    }
+
+    /// The streams asked for, as the WebSocket-to-SPDY translation opens
+    /// them.
+    pub fn streams(&self) -> Streams {
+        Streams {
+            stdin: self.stdin,
+            stdout: self.stdout,
+            stderr: self.stderr,
+            tty: self.tty,
+        }
     }
 
     /// Upstream's `streamParams`: the kubelet's names for the streams.

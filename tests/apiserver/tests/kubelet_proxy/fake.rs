@@ -26,6 +26,8 @@ use tokio::{
 };
 use tokio_rustls::TlsAcceptor;
 
+use crate::spdy;
+
 /// One request as the kubelet got it.
 #[derive(Debug, Clone)]
 pub struct Seen {
@@ -59,8 +61,9 @@ pub enum Reply {
     /// 101 with these headers, then every byte echoed until the input
     /// ends, then `bye` and a close of the output.
     Echo(Vec<(&'static str, String)>),
-    /// A websocket exec in `v5.channel.k8s.io`: `stdout`, then success.
-    WebSocketExec { stdout: String },
+    /// 101 to an SPDY upgrade, then a remote command session in
+    /// `v4.channel.k8s.io` (`spdy.rs`).
+    Spdy(spdy::Script),
 }
 
 type Handler = Arc<dyn Fn(&Seen) -> Reply + Send + Sync>;
@@ -225,65 +228,20 @@ async fn answer(mut req: Request<Incoming>, reply: Reply) -> Result<Response<Bod
             }
             r.body(full(Bytes::new())).unwrap()
         }
-        Reply::WebSocketExec { stdout } => websocket_exec(&mut req, stdout),
+        Reply::Spdy(script) => {
+            let expected = spdy::expected_streams(&req.uri().to_string());
+            let on = hyper::upgrade::on(&mut req);
+            tokio::spawn(async move {
+                spdy::serve(TokioIo::new(on.await.unwrap()), expected, script).await;
+            });
+            Response::builder()
+                .status(101)
+                .header("connection", "Upgrade")
+                .header("upgrade", "SPDY/3.1")
+                .header("x-stream-protocol-version", "v4.channel.k8s.io")
+                .body(full(Bytes::new()))
+                .unwrap()
+        }
     };
     Ok(resp)
-}
-
-/// RFC 6455's accept key.
-fn accept_key(key: &str) -> String {
-    let digest = ring::digest::digest(
-        &ring::digest::SHA1_FOR_LEGACY_USE_ONLY,
-        format!("{key}258EAFA5-E914-47DA-95CA-C5AB0DC85B11").as_bytes(),
-    );
-    base64::engine::general_purpose::STANDARD.encode(digest.as_ref())
-}
-
-/// One unmasked, final frame, as a server sends it.
-fn frame(opcode: u8, payload: &[u8]) -> Vec<u8> {
-    let mut f = vec![0x80 | opcode];
-    match payload.len() {
-        n if n < 126 => f.push(n as u8),
-        n if n < 65536 => {
-            f.push(126);
-            f.extend_from_slice(&(n as u16).to_be_bytes());
-        }
-        n => {
-            f.push(127);
-            f.extend_from_slice(&(n as u64).to_be_bytes());
-        }
-    }
-    f.extend_from_slice(payload);
-    f
-}
-
-fn websocket_exec(req: &mut Request<Incoming>, stdout: String) -> Response<Body> {
-    let key = req
-        .headers()
-        .get("sec-websocket-key")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_string();
-    let on = hyper::upgrade::on(req);
-    tokio::spawn(async move {
-        let mut io = TokioIo::new(on.await.unwrap());
-        // Channel 1 is stdout, 3 the error stream that ends the exec.
-        let mut out = frame(0x2, &[&[1u8][..], stdout.as_bytes()].concat());
-        let status = br#"{"metadata":{},"status":"Success"}"#;
-        out.extend(frame(0x2, &[&[3u8][..], &status[..]].concat()));
-        out.extend(frame(0x8, &1000u16.to_be_bytes()));
-        io.write_all(&out).await.unwrap();
-        // Whatever the client sends (its close frame) until it hangs up.
-        let mut buf = [0u8; 1024];
-        while matches!(io.read(&mut buf).await, Ok(n) if n > 0) {}
-        let _ = io.shutdown().await;
-    });
-    Response::builder()
-        .status(101)
-        .header("upgrade", "websocket")
-        .header("connection", "Upgrade")
-        .header("sec-websocket-accept", accept_key(&key))
-        .header("sec-websocket-protocol", "v5.channel.k8s.io")
-        .body(full(Bytes::new()))
-        .unwrap()
 }
