@@ -1,5 +1,6 @@
 //! weir-kubelet: a minimal kubelet on containerd's CRI.
 pub mod api;
+pub mod cli;
 pub mod config;
 pub mod cri;
 pub mod flow;

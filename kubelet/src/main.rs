@@ -1,6 +1,7 @@
 //! weir-kubelet: a minimal kubelet on containerd's CRI.
 //!
-//! `weir-kubelet --config FILE [--kubeconfig FILE] [--hostname-override NAME]`.
+//! `weir-kubelet [--config FILE] [--kubeconfig FILE] [--hostname-override NAME]`,
+//! the real kubelet's flag names.
 //! Without a kubeconfig it runs standalone: the static pods of
 //! `staticPodPath` only. Stopping the kubelet leaves its pods running; the
 //! next start adopts them.
@@ -10,6 +11,7 @@ use clap::Parser;
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use tokio::sync::mpsc;
 use weir_kubelet::{
+    cli::{Args, Command, node_name, write_completions},
     config::{self, Config},
     cri::{CriRuntime, Runtime as _, RuntimeVersion},
     flow::{PodEvent, PodSource, StatusSink},
@@ -18,66 +20,6 @@ use weir_kubelet::{
     worker::{Worker, WorkerConfig},
 };
 
-#[derive(Parser, Debug)]
-#[command(
-    name = "weir-kubelet",
-    version,
-    about = "A minimal kubelet on containerd's CRI",
-    args_conflicts_with_subcommands = true,
-    subcommand_negates_reqs = true
-)]
-struct Args {
-    #[command(subcommand)]
-    command: Option<Command>,
-    /// A kubelet.config.k8s.io/v1beta1 KubeletConfiguration file.
-    #[arg(long, required = true)]
-    config: Option<PathBuf>,
-    /// API-server mode; without it the kubelet runs its static pods only.
-    #[arg(long)]
-    kubeconfig: Option<PathBuf>,
-    /// The node name; the lower-cased hostname by default.
-    #[arg(long)]
-    hostname_override: Option<String>,
-    /// Per-pod state (emptyDir volumes) goes under `<root-dir>/pods`.
-    #[arg(long, default_value = "/var/lib/kubelet")]
-    root_dir: PathBuf,
-    /// Container logs: `<pod-logs-dir>/<ns>_<name>_<uid>/<container>/<n>.log`.
-    #[arg(long, default_value = "/var/log/pods")]
-    pod_logs_dir: PathBuf,
-    /// The cgroupfs parent of every pod's cgroup.
-    #[arg(long, default_value = "/kubepods")]
-    cgroup_root: String,
-}
-
-#[derive(clap::Subcommand, Debug)]
-enum Command {
-    /// Print a completion script for the shell, e.g.
-    /// `weir-kubelet completions bash > /etc/bash_completion.d/weir-kubelet`.
-    Completions {
-        #[arg(value_enum)]
-        shell: clap_complete::Shell,
-    },
-}
-
-/// Writes the completion script of `weir-kubelet` for `shell`: for bash
-/// under `weir_kubelet`, registered for `weir-kubelet`, because
-/// clap_complete's bash script completes nothing past a subcommand of a
-/// hyphenated binary (clap-rs/clap#6421).
-fn write_completions(
-    shell: clap_complete::Shell,
-    out: &mut impl std::io::Write,
-) -> std::io::Result<()> {
-    let mut cmd = <Args as clap::CommandFactory>::command();
-    if shell != clap_complete::Shell::Bash {
-        clap_complete::generate(shell, &mut cmd, "weir-kubelet", out);
-        return Ok(());
-    }
-    let mut script = Vec::new();
-    clap_complete::generate(shell, &mut cmd, "weir_kubelet", &mut script);
-    let script = String::from_utf8_lossy(&script).replace(" weir_kubelet\n", " weir-kubelet\n");
-    out.write_all(script.as_bytes())
-}
-
 #[derive(Debug, thiserror::Error)]
 enum MainError {
     #[error("{}: {source}", path.display())]
@@ -85,6 +27,8 @@ enum MainError {
         path: PathBuf,
         source: config::ConfigError,
     },
+    #[error("{0}")]
+    Flag(config::FieldError),
     #[error("containerRuntimeEndpoint: {0}")]
     Runtime(#[from] weir_kubelet::cri::CriError),
     #[error("kubeconfig {}: {message}", path.display())]
@@ -114,20 +58,13 @@ fn main() -> ExitCode {
             }
         };
     }
-    // clap requires --config unless a subcommand was given.
-    let config_path = args.config.clone().unwrap_or_default();
-    let result = config::load(&config_path)
-        .map_err(|source| MainError::Config {
-            path: config_path.clone(),
-            source,
-        })
-        .and_then(|config| {
-            tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()
-                .map_err(MainError::Tokio)?
-                .block_on(run(args, config))
-        });
+    let result = load_config(&args).and_then(|config| {
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .map_err(MainError::Tokio)?
+            .block_on(run(args, config))
+    });
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -137,11 +74,27 @@ fn main() -> ExitCode {
     }
 }
 
-fn node_name(args: &Args) -> String {
-    let name = args.hostname_override.clone().unwrap_or_else(|| {
-        std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_else(|_| "localhost".into())
-    });
-    name.trim().to_lowercase()
+/// The file (or the defaults), with the flags that override it, as the
+/// kubelet's flag precedence has it.
+fn load_config(args: &Args) -> Result<Config, MainError> {
+    let path = args.config.clone().unwrap_or_default();
+    let err = |source| MainError::Config {
+        path: path.clone(),
+        source,
+    };
+    let mut config = match &args.config {
+        Some(p) => config::load(p).map_err(err)?,
+        None => Config::default(),
+    };
+    if let Some(endpoint) = &args.container_runtime_endpoint {
+        config.container_runtime_endpoint =
+            config::unix_endpoint("--container-runtime-endpoint", endpoint)
+                .map_err(MainError::Flag)?;
+    }
+    for i in &config.ignored {
+        tracing::warn!(field = i.field, "accepted but not acted on: {}", i.why);
+    }
+    Ok(config)
 }
 
 async fn run(args: Args, config: Config) -> Result<(), MainError> {
@@ -151,6 +104,14 @@ async fn run(args: Args, config: Config) -> Result<(), MainError> {
         .authorization
         .mode_for(args.kubeconfig.is_some())
         .map_err(weir_kubelet::server::ServerError::from)?;
+    // The node's InternalIP, hostIP, and host-network pods' IP: --node-ip,
+    // else the environment's override, else the default route's address.
+    let node_ip = match args.node_ip {
+        Some(ip) => ip,
+        None => weir_kubelet::api::machine::primary_ip(
+            weir_kubelet::api::NodeOptions::from_env()?.node_ip,
+        ),
+    };
     let mut api_server = None;
     let endpoint = format!("unix://{}", config.container_runtime_endpoint.display());
     let runtime = Arc::new(CriRuntime::new(&endpoint)?);
@@ -178,13 +139,19 @@ async fn run(args: Args, config: Config) -> Result<(), MainError> {
                 runtime.clone(),
                 WorkerConfig::new(&config, &node_name).relist_period,
             );
-            let sink = weir_kubelet::api::start(
+            let options = weir_kubelet::api::NodeOptions {
+                node_ip: Some(node_ip),
+                root_dir: args.root_dir.clone(),
+                ..weir_kubelet::api::NodeOptions::default()
+            };
+            let sink = weir_kubelet::api::start_with(
                 client,
                 &config,
                 node_name.clone(),
                 version,
                 health,
                 tx.clone(),
+                options,
             )
             .await?;
             api_listed = Some(sink.pods_listed());
@@ -199,12 +166,7 @@ async fn run(args: Args, config: Config) -> Result<(), MainError> {
     worker_config.pod_log_dir = args.pod_logs_dir.clone();
     worker_config.cgroup_root = args.cgroup_root.clone();
     worker_config.objects = objects;
-    // The address API-server mode reports as the node's InternalIP: hostIP,
-    // and the pod IP of host-network pods.
-    let override_ip = std::env::var(weir_kubelet::api::NODE_IP_ENV)
-        .ok()
-        .and_then(|v| v.parse().ok());
-    worker_config.node_ip = Some(weir_kubelet::api::machine::primary_ip(override_ip));
+    worker_config.node_ip = Some(node_ip);
     tokio::spawn(weir_kubelet::worker::rotate_logs(
         runtime.clone(),
         weir_kubelet::worker::LogRotation::from_config(&config),

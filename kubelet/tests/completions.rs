@@ -38,12 +38,18 @@ fn bash_completes_flags_and_the_subcommand() {
     assert_eq!(got, ["--hostname-override", "--root-dir", "zsh"]);
 }
 
+/// `--config` is optional, as the kubelet's: without it the defaults
+/// apply, and flags are still checked before anything starts.
 #[test]
-fn config_is_required_without_a_subcommand() {
+fn without_config_flags_are_checked_first() {
     let out = Command::new(env!("CARGO_BIN_EXE_weir-kubelet"))
+        .args(["--container-runtime-endpoint", "tcp://10.0.0.1:1"])
         .output()
         .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("--config"), "{err}");
+    assert!(
+        err.contains("--container-runtime-endpoint: \"tcp://10.0.0.1:1\" is not a unix socket"),
+        "{err}"
+    );
 }

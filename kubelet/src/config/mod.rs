@@ -1,7 +1,8 @@
 //! The `kubelet.config.k8s.io/v1beta1` KubeletConfiguration file, reduced to the
 //! fields weir-kubelet honours, with the kubelet's defaults
 //! (pkg/kubelet/apis/config/v1beta1/defaults.go) and validation
-//! (pkg/kubelet/apis/config/validation/validation.go).
+//! (pkg/kubelet/apis/config/validation/validation.go). What else a file
+//! written for the real kubelet may say is [`policy`]'s.
 use std::{
     net::{IpAddr, Ipv4Addr},
     path::{Path, PathBuf},
@@ -9,6 +10,10 @@ use std::{
 };
 
 use serde::Deserialize;
+
+mod policy;
+
+pub use policy::Ignored;
 
 pub const API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
 pub const KIND: &str = "KubeletConfiguration";
@@ -51,6 +56,9 @@ pub struct Config {
     pub container_log_max_files: u32,
     /// How often log sizes are checked.
     pub container_log_monitor_interval: Duration,
+    /// Fields the file sets that this kubelet accepts but does not act on,
+    /// for one warning each at start.
+    pub ignored: Vec<Ignored>,
 }
 
 /// `authorization`: who may use the kubelet API once authenticated.
@@ -59,9 +67,10 @@ pub struct Authorization {
     /// `None` when the file does not say: the kubelet's default, Webhook,
     /// which needs an API server (see [`Authorization::mode_for`]).
     pub mode: Option<AuthorizationMode>,
-    /// `webhook.cacheAuthorizedTTL` (5m); zero caches nothing.
+    /// `webhook.cacheAuthorizedTTL` (5m; zero is the default, as the
+    /// kubelet's defaulting has it).
     pub cache_authorized_ttl: Duration,
-    /// `webhook.cacheUnauthorizedTTL` (30s); zero caches nothing.
+    /// `webhook.cacheUnauthorizedTTL` (30s; zero is the default).
     pub cache_unauthorized_ttl: Duration,
 }
 
@@ -196,10 +205,18 @@ pub enum FieldError {
     },
     #[error("{field}: true is not supported: anonymous requests are always refused")]
     AnonymousAuth { field: &'static str },
+    /// A field of the real kubelet's that asks for what this one cannot do.
+    #[error("{field}: {value} is not supported: {why}")]
+    Unsupported {
+        field: &'static str,
+        value: String,
+        why: &'static str,
+    },
 }
 
-/// The file as written. Unknown fields are refused, so a setting this kubelet
-/// would silently ignore never looks honoured.
+/// The file as written, once [`policy`] took what it knows. Unknown fields
+/// are refused, so a setting this kubelet would silently ignore (or a typo)
+/// never looks honoured.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct Raw {
@@ -288,16 +305,19 @@ pub fn parse_str(text: &str) -> Result<Config, ConfigError> {
     } else {
         yaml(text)?
     };
-    let doc = if doc.is_null() {
+    let mut doc = if doc.is_null() {
         serde_json::Value::Object(Default::default())
     } else {
         doc
     };
+    let ignored = policy::sort(&mut doc).map_err(ConfigError::Invalid)?;
     let raw: Raw = serde_path_to_error::deserialize(doc).map_err(|e| ConfigError::Decode {
         field: e.path().to_string(),
         error: e.into_inner(),
     })?;
-    validate(raw).map_err(ConfigError::Invalid)
+    let mut config = validate(raw).map_err(ConfigError::Invalid)?;
+    config.ignored = ignored;
+    Ok(config)
 }
 
 fn yaml(text: &str) -> Result<serde_json::Value, ConfigError> {
@@ -443,20 +463,14 @@ fn validate(raw: Raw) -> Result<Config, Vec<FieldError>> {
             None
         }
     });
-    const CRI: &str = "containerRuntimeEndpoint";
     let endpoint = raw
         .container_runtime_endpoint
         .unwrap_or_else(|| "unix:///run/containerd/containerd.sock".to_owned());
-    let container_runtime_endpoint = match endpoint.strip_prefix("unix://") {
-        Some(p) if p.starts_with('/') => PathBuf::from(p),
-        _ => {
-            errs.push(FieldError::NotUnixEndpoint {
-                field: CRI,
-                value: endpoint,
-            });
+    let container_runtime_endpoint = unix_endpoint("containerRuntimeEndpoint", &endpoint)
+        .unwrap_or_else(|e| {
+            errs.push(e);
             PathBuf::new()
-        }
-    };
+        });
     let auth = raw.authentication.unwrap_or_default();
     if auth.anonymous.and_then(|a| a.enabled) == Some(true) {
         errs.push(FieldError::AnonymousAuth {
@@ -519,6 +533,7 @@ fn validate(raw: Raw) -> Result<Config, Vec<FieldError>> {
         container_log_max_size,
         container_log_max_files,
         container_log_monitor_interval,
+        ignored: Vec::new(),
     })
 }
 
@@ -537,7 +552,6 @@ fn authorization(raw: RawAuthorization, errs: &mut Vec<FieldError>) -> Authoriza
         }
     };
     let webhook = raw.webhook.unwrap_or_default();
-    // Zero is valid here, as for the kubelet: it turns that cache off.
     let mut ttl = |field: &'static str, value: Option<String>, default: Duration| match value {
         None => default,
         Some(s) => parse_go_duration(&s).unwrap_or_else(|| {
@@ -620,6 +634,17 @@ fn duration(
     }
 }
 
+/// The socket path of a CRI endpoint, which must be `unix:///absolute/path`.
+pub fn unix_endpoint(field: &'static str, endpoint: &str) -> Result<PathBuf, FieldError> {
+    match endpoint.strip_prefix("unix://") {
+        Some(p) if p.starts_with('/') => Ok(PathBuf::from(p)),
+        _ => Err(FieldError::NotUnixEndpoint {
+            field,
+            value: endpoint.to_owned(),
+        }),
+    }
+}
+
 /// Go's `time.ParseDuration` for non-negative values: "20s", "1m30s", "1.5h",
 /// "300ms", "0". `None` for anything else, negative durations included.
 pub fn parse_go_duration(s: &str) -> Option<Duration> {
@@ -683,234 +708,4 @@ pub(crate) fn is_dns_label(s: &str) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const HEAD: &str = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
-
-    fn parse(body: &str) -> Result<Config, ConfigError> {
-        parse_str(&format!("{HEAD}{body}"))
-    }
-
-    fn message(body: &str) -> String {
-        parse(body).unwrap_err().to_string()
-    }
-
-    #[test]
-    fn defaults_are_the_kubelets() {
-        let c = parse("").unwrap();
-        assert_eq!(c.address, IpAddr::V4(Ipv4Addr::UNSPECIFIED));
-        assert_eq!(c.port, 10250);
-        assert_eq!(c.healthz_port, Some(10248));
-        assert_eq!(c.healthz_bind_address, IpAddr::V4(Ipv4Addr::LOCALHOST));
-        assert_eq!(c.static_pod_path, None);
-        assert_eq!(c.file_check_frequency, Duration::from_secs(20));
-        assert!(c.cluster_dns.is_empty());
-        assert_eq!(c.cluster_domain, None);
-        assert_eq!(c.resolv_conf, PathBuf::from("/etc/resolv.conf"));
-        assert_eq!(c.node_status_update_frequency, Duration::from_secs(10));
-        assert_eq!(c.node_lease_duration, Duration::from_secs(40));
-        assert_eq!(c.lease_renew_interval(), Duration::from_secs(10));
-        assert_eq!(
-            c.container_runtime_endpoint,
-            PathBuf::from("/run/containerd/containerd.sock")
-        );
-        assert_eq!(c.max_pods, 110);
-        assert_eq!(c.client_ca_file, None);
-        assert_eq!(c.tls, None);
-        assert_eq!(c.read_only_port, None);
-        assert_eq!(Config::default(), c);
-    }
-
-    #[test]
-    fn every_honoured_field_is_read() {
-        let c = parse(
-            "address: 10.0.0.5\nport: 10251\nhealthzPort: 0\nhealthzBindAddress: '::1'\n\
-             staticPodPath: /etc/kubernetes/manifests\nfileCheckFrequency: 1m30s\n\
-             clusterDNS: [10.96.0.10, 'fd00::a']\nclusterDomain: cluster.local.\n\
-             nodeStatusUpdateFrequency: 500ms\nnodeLeaseDurationSeconds: 60\n\
-             containerRuntimeEndpoint: unix:///tmp/c.sock\nmaxPods: 20\n\
-             authentication:\n  x509:\n    clientCAFile: /ca.crt\n  anonymous:\n    enabled: false\n\
-             tlsCertFile: /tls.crt\ntlsPrivateKeyFile: /tls.key\nreadOnlyPort: 10255\n\
-             resolvConf: ''\n",
-        )
-        .unwrap();
-        assert_eq!(c.resolv_conf, PathBuf::new());
-        assert_eq!(c.address, "10.0.0.5".parse::<IpAddr>().unwrap());
-        assert_eq!(c.port, 10251);
-        assert_eq!(c.healthz_port, None);
-        assert_eq!(c.healthz_bind_address, "::1".parse::<IpAddr>().unwrap());
-        assert_eq!(
-            c.static_pod_path.as_deref(),
-            Some(Path::new("/etc/kubernetes/manifests"))
-        );
-        assert_eq!(c.file_check_frequency, Duration::from_secs(90));
-        assert_eq!(c.cluster_dns.len(), 2);
-        assert_eq!(c.cluster_domain.as_deref(), Some("cluster.local"));
-        assert_eq!(c.node_status_update_frequency, Duration::from_millis(500));
-        assert_eq!(c.lease_renew_interval(), Duration::from_secs(15));
-        assert_eq!(c.container_runtime_endpoint, PathBuf::from("/tmp/c.sock"));
-        assert_eq!(c.max_pods, 20);
-        assert_eq!(c.client_ca_file, Some(PathBuf::from("/ca.crt")));
-        assert_eq!(c.tls.unwrap().key_file, PathBuf::from("/tls.key"));
-        assert_eq!(c.read_only_port, Some(10255));
-    }
-
-    #[test]
-    fn container_log_rotation_settings() {
-        let c = parse("").unwrap();
-        assert_eq!(
-            (
-                c.container_log_max_size,
-                c.container_log_max_files,
-                c.container_log_monitor_interval
-            ),
-            (10 << 20, 5, Duration::from_secs(10))
-        );
-        let c = parse(
-            "containerLogMaxSize: 1Mi\ncontainerLogMaxFiles: 2\ncontainerLogMonitorInterval: 3s\n",
-        )
-        .unwrap();
-        assert_eq!(
-            (
-                c.container_log_max_size,
-                c.container_log_max_files,
-                c.container_log_monitor_interval
-            ),
-            (1 << 20, 2, Duration::from_secs(3))
-        );
-        assert_eq!(
-            message("containerLogMaxFiles: 1"),
-            "containerLogMaxFiles: 1 is out of range 2-2147483647"
-        );
-        assert_eq!(
-            message("containerLogMaxSize: '0'"),
-            "containerLogMaxSize: \"0\" is not a positive quantity of bytes"
-        );
-        assert_eq!(
-            message("containerLogMonitorInterval: 1s"),
-            "containerLogMonitorInterval: \"1s\" must be at least 3s"
-        );
-    }
-
-    #[test]
-    fn json_is_accepted() {
-        let c = parse_str(
-            r#"{"apiVersion":"kubelet.config.k8s.io/v1beta1","kind":"KubeletConfiguration","port":1}"#,
-        )
-        .unwrap();
-        assert_eq!(c.port, 1);
-    }
-
-    #[test]
-    fn invalid_values_name_their_field() {
-        assert_eq!(
-            message("port: 70000"),
-            "port: 70000 is out of range 1-65535"
-        );
-        assert_eq!(
-            message("fileCheckFrequency: x"),
-            r#"fileCheckFrequency: "x" is not a duration"#
-        );
-        assert_eq!(
-            message("clusterDNS: [10.0.0.1, a.b]"),
-            r#"clusterDNS[1]: "a.b" is not an IP"#
-        );
-        assert_eq!(
-            message("address: nowhere"),
-            r#"address: "nowhere" is not an IP"#
-        );
-        assert_eq!(
-            message("nodeStatusUpdateFrequency: 0s"),
-            r#"nodeStatusUpdateFrequency: "0s" must be longer than zero"#
-        );
-        assert_eq!(
-            message("maxPods: -1"),
-            "maxPods: -1 is out of range 0-2147483647"
-        );
-        assert!(message("containerRuntimeEndpoint: tcp://x:1").contains("not a unix socket"));
-        assert!(message("clusterDomain: Bad_Domain").contains("not a DNS domain"));
-        assert_eq!(
-            message("tlsCertFile: /a"),
-            "tlsPrivateKeyFile: is required when tlsCertFile is set"
-        );
-        assert!(message("authentication: {anonymous: {enabled: true}}").contains("anonymous"));
-    }
-
-    #[test]
-    fn all_problems_are_reported_at_once() {
-        let e = message("port: 0\nreadOnlyPort: 99999");
-        assert_eq!(
-            e,
-            "port: 0 is out of range 1-65535; readOnlyPort: 99999 is out of range 0-65535"
-        );
-    }
-
-    #[test]
-    fn unknown_and_mistyped_fields_are_refused() {
-        let e = message("cgroupDriver: systemd");
-        assert!(e.contains("unknown field `cgroupDriver`"), "{e}");
-        let e = message("authentication: {x509: {clientCAFile: /a, extra: 1}}");
-        assert!(e.starts_with("authentication.x509"), "{e}");
-        assert!(e.contains("unknown field `extra`"), "{e}");
-        let e = message("port: ten");
-        assert!(e.starts_with("port: invalid type"), "{e}");
-    }
-
-    #[test]
-    fn wrong_or_missing_type_meta_is_refused() {
-        let e = parse_str("apiVersion: v1\nkind: Pod\n")
-            .unwrap_err()
-            .to_string();
-        assert!(e.starts_with(r#"apiVersion: "v1" is not supported"#), "{e}");
-        assert!(e.contains(r#"kind: "Pod" is not supported"#), "{e}");
-        let e = parse_str("port: 1\n").unwrap_err().to_string();
-        assert!(e.starts_with("apiVersion: is required"), "{e}");
-        assert!(matches!(
-            parse_str("port: [").unwrap_err(),
-            ConfigError::Syntax { .. }
-        ));
-    }
-
-    #[test]
-    fn authorization_mode_and_cache_ttls() {
-        use AuthorizationMode::*;
-        let d = parse("").unwrap().authorization;
-        assert_eq!(d.mode, None);
-        assert_eq!(d.cache_authorized_ttl, Duration::from_secs(300));
-        assert_eq!(d.cache_unauthorized_ttl, Duration::from_secs(30));
-        // Unset: Webhook as the kubelet's default, except standalone.
-        assert_eq!(d.mode_for(true).unwrap(), Webhook);
-        assert_eq!(d.mode_for(false).unwrap(), AlwaysAllow);
-        let a = parse(
-            "authorization: {mode: Webhook, webhook: \
-             {cacheAuthorizedTTL: 1m, cacheUnauthorizedTTL: '0'}}",
-        )
-        .unwrap()
-        .authorization;
-        assert_eq!(a.mode, Some(Webhook));
-        assert_eq!(a.cache_authorized_ttl, Duration::from_secs(60));
-        assert_eq!(a.cache_unauthorized_ttl, Duration::ZERO);
-        assert!(a.mode_for(false).is_err());
-        let allow = parse("authorization: {mode: AlwaysAllow}").unwrap();
-        assert_eq!(allow.authorization.mode_for(true).unwrap(), AlwaysAllow);
-        assert!(message("authorization: {mode: RBAC}").starts_with("authorization.mode"));
-        assert!(message("authorization: {webhook: {cacheAuthorizedTTL: x}}").contains("TTL"));
-    }
-
-    #[test]
-    fn go_durations() {
-        let d = |s| parse_go_duration(s);
-        assert_eq!(d("20s"), Some(Duration::from_secs(20)));
-        assert_eq!(d("1m30s"), Some(Duration::from_secs(90)));
-        assert_eq!(d("1.5h"), Some(Duration::from_secs(5400)));
-        assert_eq!(d("2h45m"), Some(Duration::from_secs(9900)));
-        assert_eq!(d("300ms"), Some(Duration::from_millis(300)));
-        assert_eq!(d("1us"), Some(Duration::from_micros(1)));
-        assert_eq!(d(".5s"), Some(Duration::from_millis(500)));
-        assert_eq!(d("0"), Some(Duration::ZERO));
-        for bad in ["", "x", "10", "1x", "-1s", "1..5s", ".s", "s"] {
-            assert_eq!(d(bad), None, "{bad}");
-        }
-    }
-}
+mod tests;
