@@ -561,6 +561,26 @@ pub fn delete(
         }
         return Ok(Deleted::Pending(obj));
     }
+    // A pod always goes through graceful deletion upstream (its strategy's
+    // CheckGracefulDelete is true, with a period of 0 here): the object is
+    // first written with deletionTimestamp and deletionGracePeriodSeconds 0,
+    // which watchers see as MODIFIED, then removed, so that the DELETED
+    // event carries both. The kubelet reads a force delete from them.
+    let obj = if res.id() == "/pods" && pending_grace != Some(0) {
+        let mut new = obj.clone();
+        let at = match (m["deletionTimestamp"].as_str(), pending_grace) {
+            (Some(ts), Some(g)) => ts
+                .parse::<jiff::Timestamp>()
+                .map(|t| t - jiff::SignedDuration::from_secs(g))
+                .unwrap_or_else(|_| jiff::Timestamp::now()),
+            _ => jiff::Timestamp::now(),
+        };
+        new["metadata"]["deletionTimestamp"] = json!(timestamp(at));
+        new["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+        inner.put(res, ns, name, new)
+    } else {
+        obj
+    };
     let gone = inner.remove(res, ns, name, None).unwrap_or(obj);
     serviceaccounts::after_delete(inner, res, ns, name);
     Ok(Deleted::Gone(gone))

@@ -2,10 +2,14 @@
 //! subresources, selectors, pagination, authentication and deletion semantics.
 use std::collections::BTreeMap;
 
+use futures::{StreamExt as _, TryStreamExt as _};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
 use kube::{
     Api, Client,
-    api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions},
+    api::{
+        DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions, WatchEvent,
+        WatchParams,
+    },
 };
 use serde_json::json;
 mod common;
@@ -624,10 +628,37 @@ async fn pod_graceful_deletion() {
             .deletion_grace_period_seconds,
         Some(10)
     );
+    // A force delete: watchers see the grace period become 0, then the
+    // pod go, both carrying it.
+    let rv = pods
+        .get("bound")
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    let mut events = pods
+        .watch(&WatchParams::default().fields("metadata.name=bound"), &rv)
+        .await
+        .unwrap()
+        .boxed();
     pods.delete("bound", &DeleteParams::default().grace_period(0))
         .await
         .unwrap();
     assert!(pods.get_opt("bound").await.unwrap().is_none());
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        match events.try_next().await.unwrap().expect("two events") {
+            WatchEvent::Modified(p) => seen.push(("MODIFIED", p)),
+            WatchEvent::Deleted(p) => seen.push(("DELETED", p)),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    for (kind, p) in &seen {
+        assert!(p.metadata.deletion_timestamp.is_some(), "{kind}");
+        assert_eq!(p.metadata.deletion_grace_period_seconds, Some(0), "{kind}");
+    }
+    assert_eq!([seen[0].0, seen[1].0], ["MODIFIED", "DELETED"]);
 
     // A pod on no node goes at once.
     pods.delete("unbound", &DeleteParams::default())
