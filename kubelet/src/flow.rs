@@ -29,9 +29,14 @@ pub enum PodEvent {
     /// with `metadata.deletionTimestamp` set is terminated gracefully and then
     /// reported through [`StatusSink::terminated`].
     Upsert { pod: Box<Pod>, source: PodSource },
-    /// Stop the pod with its grace period and remove it (its file is gone, or
-    /// the API object vanished without a graceful delete).
-    Remove { uid: String },
+    /// Stop the pod and remove it (its file is gone, or the API object was
+    /// deleted). `grace` is the deleted object's `deletionGracePeriodSeconds`
+    /// when it had one (0 for a force delete); otherwise the pod's own
+    /// grace period applies.
+    Remove {
+        uid: String,
+        grace: Option<std::time::Duration>,
+    },
 }
 
 /// Receives what the worker learns about its pods. `source` is where the

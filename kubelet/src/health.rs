@@ -1,6 +1,6 @@
 //! The node's readiness, as the kubelet's `runtimeState` decides it: the
-//! runtime's CRI `Status` is polled every 5 s (`updateRuntimeUp`), a
-//! node-wide relist runs every relist period (the PLEG's), and the Node's
+//! runtime's CRI `Status` is polled every 5 s (`updateRuntimeUp`), the
+//! worker's node-wide PLEG records each successful relist, and the Node's
 //! Ready condition is False, with reason `KubeletNotReady` and the errors as
 //! its message, while any of these holds:
 //!
@@ -207,7 +207,9 @@ impl NodeHealth {
     }
 
     /// One node-wide relist (every sandbox and container, as the PLEG's
-    /// `GetPods`), recorded with the time it started.
+    /// `GetPods`), recorded with the time it started: the check before the
+    /// Node registers, so that a healthy node is Ready from its first status
+    /// on. The worker's PLEG records its own relists after that.
     pub async fn relist<R: Runtime>(&self, rt: &R) -> bool {
         let started = Instant::now();
         let ok = match rt.list_pod_sandboxes(&Default::default()).await {
@@ -215,20 +217,28 @@ impl NodeHealth {
             Err(_) => false,
         };
         if ok {
-            self.lock().last_relist = Some(started);
+            self.record_relist(started);
         }
         ok
     }
 
-    /// Starts the periodic checks on the current Tokio runtime: `Status`
-    /// every [`RUNTIME_CHECK_PERIOD`], a relist every `relist_period`. Two
-    /// tasks, so that a hung relist does not hold the status check back.
-    pub fn spawn<R: Runtime + 'static>(self: &Arc<Self>, rt: Arc<R>, relist_period: Duration) {
-        let (h, r) = (self.clone(), rt.clone());
+    /// A relist that started at `started` succeeded.
+    pub fn record_relist(&self, started: Instant) {
+        let mut s = self.lock();
+        if s.last_relist.is_none_or(|at| at < started) {
+            s.last_relist = Some(started);
+        }
+    }
+
+    /// Starts the runtime's `Status` check every [`RUNTIME_CHECK_PERIOD`] on
+    /// the current Tokio runtime. The relists are the PLEG's (the worker's),
+    /// so that a hung relist shows here without holding this check back.
+    pub fn spawn<R: Runtime + 'static>(self: &Arc<Self>, rt: Arc<R>) {
+        let h = self.clone();
         tokio::spawn(async move {
             let mut down = false;
             loop {
-                let ok = h.check_runtime(&*r).await;
+                let ok = h.check_runtime(&*rt).await;
                 if ok == down {
                     down = !ok;
                     if down {
@@ -238,13 +248,6 @@ impl NodeHealth {
                     }
                 }
                 tokio::time::sleep(RUNTIME_CHECK_PERIOD).await;
-            }
-        });
-        let h = self.clone();
-        tokio::spawn(async move {
-            loop {
-                h.relist(&*rt).await;
-                tokio::time::sleep(relist_period).await;
             }
         });
     }

@@ -120,6 +120,7 @@ async fn run(args: Args, config: Config) -> Result<(), MainError> {
 
     let mut objects: Option<Arc<dyn weir_kubelet::worker::ApiObjects>> = None;
     let mut api_listed = None;
+    let mut node_health = None;
     let sink: Arc<dyn StatusSink> = match &args.kubeconfig {
         Some(path) => {
             let client = kube_client(path).await?;
@@ -135,10 +136,8 @@ async fn run(args: Args, config: Config) -> Result<(), MainError> {
             let health = NodeHealth::new();
             health.check_runtime(&*runtime).await;
             health.relist(&*runtime).await;
-            health.spawn(
-                runtime.clone(),
-                WorkerConfig::new(&config, &node_name).relist_period,
-            );
+            health.spawn(runtime.clone());
+            node_health = Some(health.clone());
             let options = weir_kubelet::api::NodeOptions {
                 node_ip: Some(node_ip),
                 root_dir: args.root_dir.clone(),
@@ -167,6 +166,7 @@ async fn run(args: Args, config: Config) -> Result<(), MainError> {
     worker_config.cgroup_root = args.cgroup_root.clone();
     worker_config.objects = objects;
     worker_config.node_ip = Some(node_ip);
+    worker_config.health = node_health;
     tokio::spawn(weir_kubelet::worker::rotate_logs(
         runtime.clone(),
         weir_kubelet::worker::LogRotation::from_config(&config),
@@ -270,11 +270,17 @@ async fn feed_static_pods(
         let mut out = Vec::new();
         for p in d.removed {
             tracing::info!(path = %p.path.display(), pod = %p.name, "static pod removed");
-            out.push(PodEvent::Remove { uid: p.uid });
+            out.push(PodEvent::Remove {
+                uid: p.uid,
+                grace: None,
+            });
         }
         for (old, new) in d.updated {
             tracing::info!(path = %new.path.display(), pod = %new.name, "static pod changed");
-            out.push(PodEvent::Remove { uid: old.uid });
+            out.push(PodEvent::Remove {
+                uid: old.uid,
+                grace: None,
+            });
             out.push(upsert(new));
         }
         for p in d.added {

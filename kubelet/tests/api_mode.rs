@@ -94,7 +94,7 @@ async fn kubelet_with(
     let health = NodeHealth::new();
     health.check_runtime(&*fake).await;
     health.relist(&*fake).await;
-    health.spawn(fake.clone(), Duration::from_secs(1));
+    health.spawn(fake.clone());
     let sink = start_with(
         client.clone(),
         &config(lease_secs),
@@ -178,7 +178,7 @@ fn upsert_of(name: &str) -> impl Fn(&PodEvent) -> bool + '_ {
 }
 
 fn remove_of(uid: &str) -> impl Fn(&PodEvent) -> bool + '_ {
-    move |ev| matches!(ev, PodEvent::Remove { uid: u } if u == uid)
+    move |ev| matches!(ev, PodEvent::Remove { uid: u, .. } if u == uid)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -587,7 +587,7 @@ async fn relist_after_outage_converges() {
     tokio::time::timeout(WAIT, async {
         while !(removed_a && saw_c) {
             match k.events.recv().await.unwrap() {
-                PodEvent::Remove { uid } => {
+                PodEvent::Remove { uid, .. } => {
                     assert_ne!(uid, ub, "b still exists");
                     removed_a |= uid == ua;
                 }

@@ -169,9 +169,22 @@ impl Tracker {
         if is_mirror(p) {
             self.shared.mirrors_changed.notify_one();
         } else {
-            out.push(PodEvent::Remove { uid: uid(p) });
+            out.push(PodEvent::Remove {
+                uid: uid(p),
+                grace: deletion_grace(p),
+            });
         }
     }
+}
+
+/// The grace period a deleted pod was given: 0 for a force delete. `None`
+/// when the object vanished without a graceful delete.
+fn deletion_grace(p: &Pod) -> Option<std::time::Duration> {
+    p.metadata.deletion_timestamp.as_ref()?;
+    let secs = p.metadata.deletion_grace_period_seconds?;
+    Some(std::time::Duration::from_secs(
+        u64::try_from(secs).unwrap_or(0),
+    ))
 }
 
 #[cfg(test)]
@@ -198,7 +211,7 @@ mod tests {
         evs.iter()
             .map(|e| match e {
                 PodEvent::Upsert { pod, .. } => format!("+{}", uid(pod)),
-                PodEvent::Remove { uid } => format!("-{uid}"),
+                PodEvent::Remove { uid, .. } => format!("-{uid}"),
             })
             .collect()
     }

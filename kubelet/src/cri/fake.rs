@@ -39,6 +39,8 @@ struct State {
     fail: BTreeMap<&'static str, CriError>,
     /// The base of streaming URLs; see [`FakeRuntime::set_stream_server`].
     stream_server: String,
+    /// Containers whose process ignores SIGTERM: see [`FakeRuntime::ignore_sigterm`].
+    stubborn: BTreeSet<String>,
 }
 
 impl State {
@@ -112,6 +114,13 @@ impl FakeRuntime {
     }
 
     /// The container's process exits with `code`, as a crash or completion would.
+    /// The container's process ignores SIGTERM: `stop_container` returns
+    /// only when its grace period ran out (on Tokio's clock), killing it
+    /// then; a stop cancelled before that leaves it running.
+    pub fn ignore_sigterm(&self, id: &str) {
+        self.lock("").stubborn.insert(id.to_owned());
+    }
+
     pub fn exit_container(&self, id: &str, code: i32) {
         let mut s = self.lock("");
         if let Some(c) = s.containers.get_mut(id)
@@ -337,14 +346,22 @@ impl Runtime for FakeRuntime {
         Ok(())
     }
 
-    async fn stop_container(&self, id: &str, _grace: Duration) -> Result<()> {
+    async fn stop_container(&self, id: &str, grace: Duration) -> Result<()> {
         const OP: &str = "StopContainer";
-        let mut s = self.begin(OP)?;
+        let stubborn = {
+            let s = self.begin(OP)?;
+            let c = s.containers.get(id).ok_or_else(|| not_found(OP, id))?;
+            c.status.state == ContainerState::Running && s.stubborn.contains(id)
+        };
+        if stubborn {
+            tokio::time::sleep(grace).await;
+        }
+        let mut s = self.lock("");
         let c = s.containers.get_mut(id).ok_or_else(|| not_found(OP, id))?;
         if c.status.state == ContainerState::Running {
-            // A process that honours SIGTERM.
+            // SIGTERM honoured, or SIGKILL at the end of the grace period.
             c.status.state = ContainerState::Exited;
-            c.status.exit_code = 143;
+            c.status.exit_code = if stubborn { 137 } else { 143 };
             c.status.reason = "Error".into();
             c.status.finished_at = Some(SystemTime::now());
         }

@@ -137,19 +137,46 @@ impl CrashLoopBackoff {
         finished_at: Instant,
         now: Instant,
     ) -> RestartGate {
+        let gate = self.gate(pod_uid, pod_name, container, finished_at, now);
+        if gate == RestartGate::Start {
+            self.restarted(pod_uid, container, finished_at, now);
+        }
+        gate
+    }
+
+    /// Whether the container may restart now; records nothing.
+    pub fn gate(
+        &self,
+        pod_uid: &str,
+        pod_name: &str,
+        container: &str,
+        finished_at: Instant,
+        now: Instant,
+    ) -> RestartGate {
         let key = (pod_uid.to_owned(), container.to_owned());
-        if let Some(remaining) = self.0.in_backoff_since(&key, finished_at, now) {
-            let delay = self.0.get(&key);
-            return RestartGate::Wait {
+        match self.0.in_backoff_since(&key, finished_at, now) {
+            Some(remaining) => RestartGate::Wait {
                 remaining,
                 message: format!(
                     "back-off {} restarting failed container={container} pod={pod_name}",
-                    go_duration(delay)
+                    go_duration(self.0.get(&key))
                 ),
-            };
+            },
+            None => RestartGate::Start,
         }
+    }
+
+    /// The container that finished at `finished_at` was restarted at `now`:
+    /// the next restart backs off further.
+    pub fn restarted(
+        &mut self,
+        pod_uid: &str,
+        container: &str,
+        finished_at: Instant,
+        now: Instant,
+    ) {
+        let key = (pod_uid.to_owned(), container.to_owned());
         self.0.next(&key, finished_at, now);
-        RestartGate::Start
     }
 
     /// Drops the entries of pods that are gone.

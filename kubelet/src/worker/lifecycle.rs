@@ -1,10 +1,8 @@
-//! Probes, lifecycle hooks and termination of one pod.
+//! Probes and lifecycle hooks of one pod.
 use std::{
     net::IpAddr,
     time::{Duration, Instant},
 };
-
-use futures::future::join_all;
 
 use super::pod_task::PodTask;
 use crate::{
@@ -18,7 +16,7 @@ use crate::{
 
 /// The kubelet never gives a container less than this to stop
 /// (`minimumGracePeriodInSeconds`).
-const MIN_GRACE: Duration = Duration::from_secs(2);
+pub(super) const MIN_GRACE: Duration = Duration::from_secs(2);
 
 /// Exec probes and hooks through CRI `ExecSync`.
 pub(super) struct Exec<'a, R>(pub &'a R);
@@ -83,7 +81,7 @@ impl<R: Runtime + 'static> PodTask<R> {
     pub(super) async fn run_probes(
         &mut self,
         spec: &PodSpec,
-        snap: &super::pod_task::Snapshot,
+        snap: &super::snapshot::Snapshot,
         pod_ip: IpAddr,
     ) {
         let rt = self.shared.runtime.clone();
@@ -119,102 +117,10 @@ impl<R: Runtime + 'static> PodTask<R> {
                     if let Err(e) = rt.stop_container(&inst.status.id, grace).await {
                         tracing::warn!(pod = %spec.full_name(), container = %c.name, error = %e, "kill failed");
                     }
+                    self.invalidate();
                     break;
                 }
             }
         }
     }
-
-    /// Stops the pod for good (its file is gone, or the API deleted it),
-    /// then reports it terminated. Retries until the runtime lets it finish.
-    pub(super) async fn terminate(&mut self, grace: Duration) {
-        tracing::info!(pod = %self.full_name(), grace = ?grace, "terminating pod");
-        self.teardown(grace, false).await;
-        self.shared.sink.terminated(&self.pod, &self.source);
-        self.shared.view.remove(&self.uid);
-        tracing::info!(pod = %self.full_name(), "pod terminated");
-    }
-
-    /// preStop hooks, then every container stopped within `grace`, then the
-    /// sandboxes stopped and removed. `keep_status`: the pod lives on (its
-    /// spec changed), so the final status is not published as terminal.
-    pub(super) async fn teardown(&mut self, grace: Duration, keep_status: bool) {
-        for p in self.probes.values_mut() {
-            p.set_deleting();
-        }
-        let deadline = Instant::now() + grace;
-        loop {
-            match self.try_teardown(deadline, keep_status).await {
-                Ok(()) => break,
-                Err(e) => {
-                    tracing::warn!(pod = %self.full_name(), error = %e, "teardown failed; retrying");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                }
-            }
-        }
-        if !keep_status && let Err(e) = super::pod_dir::remove(&self.shared.config, &self.uid) {
-            tracing::warn!(pod = %self.full_name(), error = %e, "pod directory left in place");
-        }
-    }
-
-    async fn try_teardown(&mut self, deadline: Instant, keep_status: bool) -> Result<(), CriError> {
-        let rt = self.shared.runtime.clone();
-        let snap = self.relist().await?;
-        let spec = self.spec.as_ref().ok().cloned();
-        let pod_ip = snap.ready.as_ref().and_then(|s| s.ip);
-        let name = self.full_name();
-        // Every container at once, each with its preStop then its stop, as
-        // the kubelet's killContainersWithSyncResult.
-        let stops = snap.running().map(|inst| {
-            let rt = rt.clone();
-            let hook = spec
-                .as_ref()
-                .and_then(|s| s.container(&inst.status.name))
-                .and_then(|c| c.pre_stop.clone());
-            let (id, cname, name) = (inst.status.id.clone(), inst.status.name.clone(), &name);
-            async move {
-                if let (Some(h), Some(ip)) = (hook, pod_ip) {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    if let Err(message) = run_handler(&*rt, &h, &id, ip, left).await {
-                        tracing::warn!(pod = %name, container = %cname, %message, "preStop hook failed");
-                    }
-                }
-                let left = deadline
-                    .saturating_duration_since(Instant::now())
-                    .max(MIN_GRACE);
-                rt.stop_container(&id, left).await
-            }
-        });
-        for r in join_all(stops).await {
-            match r {
-                Ok(()) => {}
-                Err(e) if e.is_not_found() => {}
-                Err(e) => return Err(e),
-            }
-        }
-        for sb in &snap.sandboxes {
-            rt.stop_pod_sandbox(&sb.id)
-                .await
-                .or_else(ignore_not_found)?;
-        }
-        if let Some(spec) = &spec {
-            // The containers' final states, before removal takes them away.
-            let last = self.relist().await?;
-            if keep_status {
-                self.publish_snapshot(spec, &last);
-            } else {
-                self.publish_with(spec, &last, true);
-            }
-        }
-        for sb in &snap.sandboxes {
-            rt.remove_pod_sandbox(&sb.id)
-                .await
-                .or_else(ignore_not_found)?;
-        }
-        Ok(())
-    }
-}
-
-fn ignore_not_found(e: CriError) -> Result<(), CriError> {
-    if e.is_not_found() { Ok(()) } else { Err(e) }
 }

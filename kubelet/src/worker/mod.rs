@@ -2,16 +2,19 @@
 //! kubelet's pod workers and PLEG do, kept small.
 //!
 //! ```text
-//!  PodEvent ─▶ manager ─┬─▶ pod task (uid A): relist every 1 s ─▶ decide ─▶ CRI calls
-//!                       └─▶ pod task (uid B)       │
-//!                                                  └─▶ status ─▶ StatusSink + PodsView
+//!  PodEvent ─▶ manager ─┬─▶ pod task (uid A): decide ─▶ act (CRI calls) ─▶ status ─▶ StatusSink + PodsView
+//!                ▲      └─▶ pod task (uid B)
+//!                │ Relisted (changed pods only)
+//!  PLEG: every 1 s, ListPodSandbox + ListContainers for the whole node
 //! ```
 //!
 //! One task per pod UID, so a slow stop (a grace period) of one pod never
-//! holds another back. Each task is stateless towards the runtime: every
-//! relist reads the pod's sandboxes and containers by the `io.kubernetes.pod.uid`
-//! label, and restart counts live in container annotations. That is what makes
-//! a new worker adopt what an old (killed) one started, without restarts.
+//! holds another back. A task syncs when the PLEG reports its pod changed,
+//! when the pod changes, when a probe or backoff is due, and every
+//! `syncFrequency`. Each task is stateless towards the runtime: the state
+//! it acts on is read by the `io.kubernetes.pod.uid` label, and restart
+//! counts live in container annotations. That is what makes a new worker
+//! adopt what an old (killed) one started, without restarts.
 //! Dropping the [`Worker`] aborts every task and leaves the containers running,
 //! as a killed kubelet would.
 use std::{
@@ -32,21 +35,26 @@ use crate::{
     config::Config,
     cri::Runtime,
     flow::{ContainerRef, PodEvent, PodSource, PodsView, StatusSink},
+    health::NodeHealth,
 };
 
+mod actions;
 mod atomic_writer;
 mod host_path;
 mod lifecycle;
 mod log_rotation;
 mod ownership;
+mod pleg;
 mod pod_dir;
 mod pod_task;
 mod projection;
 #[cfg(test)]
 mod projection_tests;
 mod run_as;
+mod snapshot;
 mod spec;
 mod subpath;
+mod terminate;
 #[cfg(test)]
 mod tests;
 
@@ -87,6 +95,8 @@ pub struct WorkerConfig {
     /// ConfigMaps and Secrets (API-server mode); `None` reports such volumes
     /// and env sources as unsupported.
     pub objects: Option<Arc<dyn ApiObjects>>,
+    /// Where the PLEG records its relists (the Node's Ready condition).
+    pub health: Option<Arc<NodeHealth>>,
 }
 
 impl WorkerConfig {
@@ -106,6 +116,7 @@ impl WorkerConfig {
             sync_frequency: config.sync_frequency,
             memory_capacity: memory_capacity(),
             objects: None,
+            health: None,
         }
     }
 }
@@ -176,7 +187,7 @@ impl View {
 }
 
 /// What the HTTP API needs of a container's instances (newest first).
-fn container_ref(instances: &[pod_task::Instance]) -> Option<ContainerRef> {
+fn container_ref(instances: &[snapshot::Instance]) -> Option<ContainerRef> {
     let latest = &instances.first()?.status;
     Some(ContainerRef {
         id: latest.id.clone(),
@@ -283,7 +294,12 @@ impl Drop for Worker {
 #[derive(Debug)]
 enum PodMsg {
     Update(Box<Pod>),
-    Remove,
+    /// The PLEG saw the pod's runtime state change.
+    Relisted(Box<snapshot::Stamped>),
+    /// Stop the pod for good, within `grace` when its source gave one.
+    Remove {
+        grace: Option<Duration>,
+    },
 }
 
 struct PodHandle {
@@ -307,17 +323,28 @@ async fn manage<R: Runtime + 'static>(
     let mut tasks: JoinSet<()> = JoinSet::new();
     let mut task_ids: HashMap<tokio::task::Id, (String, u64)> = HashMap::new();
     let mut generation = 0u64;
+    // Pods whose task finished a deletion before their source said Remove:
+    // an update the deletion itself causes (the API server writes the final
+    // delete's grace period 0 before the object goes) must not start them
+    // again, as the kubelet's pod workers remember terminated pods.
+    let mut terminated: HashSet<String> = HashSet::new();
     let mut open = true;
+    // The PLEG lives in the JoinSet, so it stops with the manager.
+    let (pleg_tx, mut relisted) = mpsc::unbounded_channel();
+    let pleg = pleg::Pleg::new(shared.runtime.clone(), shared.config.health.clone());
+    tasks.spawn(pleg.run(shared.config.relist_period, pleg_tx));
     loop {
         tokio::select! {
             // Events first: a reap must see every pod sent before it.
             biased;
             ev = events.recv(), if open => match ev {
                 None => open = false,
-                Some(PodEvent::Remove { uid }) => {
+                Some(PodEvent::Remove { uid, grace }) => {
                     if let Some(h) = pods.get_mut(&uid) {
                         h.removing = true;
-                        let _ = h.tx.send(PodMsg::Remove);
+                        let _ = h.tx.send(PodMsg::Remove { grace });
+                    } else {
+                        terminated.remove(&uid);
                     }
                 }
                 Some(PodEvent::Upsert { pod, source }) => {
@@ -329,6 +356,9 @@ async fn manage<R: Runtime + 'static>(
                     }
                     if let Some(h) = pods.get(&uid).filter(|h| !h.removing) {
                         let _ = h.tx.send(PodMsg::Update(pod));
+                        continue;
+                    }
+                    if terminated.contains(&uid) {
                         continue;
                     }
                     // Kill before create: a new pod waits for the teardown of
@@ -345,7 +375,7 @@ async fn manage<R: Runtime + 'static>(
                     for (u, h) in pods.iter_mut() {
                         if *u != uid && h.source == source && matches!(source, PodSource::File(_)) && !h.removing {
                             h.removing = true;
-                            let _ = h.tx.send(PodMsg::Remove);
+                            let _ = h.tx.send(PodMsg::Remove { grace: None });
                         }
                     }
                     generation += 1;
@@ -368,21 +398,31 @@ async fn manage<R: Runtime + 'static>(
                     pods.insert(uid, PodHandle { tx, done, source, generation: g, removing: false });
                 }
             },
+            Some(changed) = relisted.recv() => {
+                for r in changed {
+                    if let Some(h) = pods.get(&r.uid) {
+                        let _ = h.tx.send(PodMsg::Relisted(Box::new(r.state)));
+                    }
+                }
+            }
             Some(Control::ReapOrphans) = control.recv() => {
                 tasks.spawn(reap_orphans(shared.clone(), live.clone()));
             }
             Some(res) = tasks.join_next_with_id(), if !tasks.is_empty() => {
-                let id = match &res {
-                    Ok((id, ())) => *id,
+                let (id, failed) = match &res {
+                    Ok((id, ())) => (*id, false),
                     Err(e) => {
                         tracing::error!(error = %e, "pod worker task failed");
-                        e.id()
+                        (e.id(), true)
                     }
                 };
                 // A failed task's pod is forgotten: its next update starts it afresh.
                 if let Some((uid, g)) = task_ids.remove(&id)
-                    && pods.get(&uid).is_some_and(|h| h.generation == g)
+                    && let Some(h) = pods.get(&uid).filter(|h| h.generation == g)
                 {
+                    if !failed && !h.removing {
+                        terminated.insert(uid.clone());
+                    }
                     pods.remove(&uid);
                     lock(&live).remove(&uid);
                     if let Some(o) = &shared.config.objects {

@@ -1,13 +1,15 @@
-//! One pod's worker: every relist period it reads the pod's runtime state
-//! (its PLEG), decides what to start or restart (kuberuntime's
-//! `computePodActions`), runs the due probes and publishes the status when it
+//! One pod's worker, as the kubelet's pod worker: it syncs when the PLEG
+//! reports a change of the pod's runtime state, when the pod changes, when a
+//! probe or a backoff is due, and every `syncFrequency`. A sync decides
+//! ([`compute_pod_actions`], pure) and then acts, reads the pod's state again
+//! after acting, runs the due probes and publishes the status when it
 //! changed. Nothing it decides depends on memory it could lose, except
 //! backoffs and probe results, which the kubelet also starts afresh.
 use std::{
     collections::BTreeMap,
     net::IpAddr,
     sync::Arc,
-    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+    time::{Duration, Instant},
 };
 
 use k8s_openapi::{
@@ -18,93 +20,25 @@ use tokio::sync::mpsc;
 
 use super::{
     PodMsg, Shared,
+    actions::{PodActions, compute_pod_actions, finished},
     run_as::{ImageUser, apply_image_user, verify_run_as_non_root},
-    spec::{self, CONTAINER_NAME_LABEL, RESTART_COUNT_ANNOTATION},
+    snapshot::{self, Snapshot, Stamped, instant, restart_count, timestamp},
+    spec,
 };
 use crate::{
-    cri::{
-        ContainerFilter, ContainerState, ContainerStatus, CriError, ImageInfo, Runtime,
-        SandboxFilter, SandboxInfo, SandboxState, SandboxStatus,
-    },
+    cri::{ContainerState, ContainerStatus, CriError, ImageInfo, Runtime, SandboxStatus},
     flow::{ContainerRef, PodSource},
     pod::{
         ContainerSpec, InvalidPod, PodSpec, PullPolicy,
-        backoff::{CrashLoopBackoff, ImagePullBackoff, PullGate, RestartGate, instant_of},
+        backoff::{CrashLoopBackoff, ImagePullBackoff, PullGate},
         probe::{ContainerProbes, Observed},
-        restart::{InitStep, RunState, next_init_container, should_restart},
         status::{
             ContainerView, PodView, RuntimeContainer, RuntimeState, Terminated, Waiting,
             WaitingReason, invalid_pod_status, pod_status,
         },
-        timestamp_from_unix_nanos, timestamp_now,
+        timestamp_now,
     },
 };
-
-/// One container instance as the relist saw it.
-#[derive(Clone, Debug)]
-pub(super) struct Instance {
-    pub sandbox_id: String,
-    pub status: ContainerStatus,
-}
-
-/// The pod's runtime state at one relist.
-#[derive(Clone, Debug, Default)]
-pub(super) struct Snapshot {
-    /// Newest first.
-    pub sandboxes: Vec<SandboxInfo>,
-    /// The newest sandbox that is Ready.
-    pub ready: Option<SandboxStatus>,
-    /// By container name, newest first.
-    pub containers: BTreeMap<String, Vec<Instance>>,
-}
-
-impl Snapshot {
-    pub fn latest(&self, name: &str) -> Option<&Instance> {
-        self.containers.get(name).and_then(|v| v.first())
-    }
-
-    pub fn run_state(&self, name: &str) -> Option<RunState> {
-        self.latest(name).map(|i| run_state(&i.status))
-    }
-
-    pub fn running(&self) -> impl Iterator<Item = &Instance> {
-        self.containers
-            .values()
-            .filter_map(|v| v.first())
-            .filter(|i| i.status.state == ContainerState::Running)
-    }
-}
-
-pub(super) fn run_state(s: &ContainerStatus) -> RunState {
-    match s.state {
-        ContainerState::Created => RunState::Created,
-        ContainerState::Running => RunState::Running,
-        ContainerState::Exited => RunState::Exited {
-            exit_code: s.exit_code,
-        },
-        ContainerState::Unknown => RunState::Unknown,
-    }
-}
-
-/// The restart count a container instance carries (0 when it has none).
-pub(super) fn restart_count(s: &ContainerStatus) -> u32 {
-    s.annotations
-        .get(RESTART_COUNT_ANNOTATION)
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
-
-pub(super) fn timestamp(t: SystemTime) -> Timestamp {
-    let nanos = t
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
-    timestamp_from_unix_nanos(nanos)
-}
-
-/// A wall-clock time of the runtime as a monotonic instant (backoff, probes).
-pub(super) fn instant(t: SystemTime) -> Instant {
-    instant_of(timestamp(t), timestamp_now(), Instant::now())
-}
 
 fn terminated(s: &ContainerStatus) -> Terminated {
     let text = |s: &str| (!s.is_empty()).then(|| s.to_owned());
@@ -143,24 +77,6 @@ fn api_terminal(pod: &Pod) -> bool {
         .is_some_and(|p| p == "Succeeded" || p == "Failed")
 }
 
-/// Whether the pod is done for good: nothing of it will run again.
-pub(super) fn finished(spec: &PodSpec, snap: &Snapshot) -> bool {
-    if let InitStep::Failed {
-        pod_failed: true, ..
-    } = next_init_container(spec, |n| snap.run_state(n))
-    {
-        return true;
-    }
-    spec.containers
-        .iter()
-        .all(|c| match snap.run_state(&c.name) {
-            Some(s @ RunState::Exited { .. }) => {
-                !should_restart(spec.restart_policy, false, false, Some(s))
-            }
-            _ => false,
-        })
-}
-
 fn waiting(reason: WaitingReason, message: impl Into<String>) -> Waiting {
     Waiting {
         reason,
@@ -192,6 +108,12 @@ pub(super) struct PodTask<R> {
     pub(super) last_status: Option<PodStatus>,
     last_error: Option<String>,
     sandbox_error: Option<String>,
+    /// The pod's newest known runtime state: the PLEG's, or this task's own
+    /// relist after it acted. `None` makes the next sync relist.
+    pub(super) state: Option<Stamped>,
+    /// The earliest a sync must run again besides the PLEG and the resync:
+    /// a backoff's end, or a retry of something that failed.
+    wake: Option<tokio::time::Instant>,
 }
 
 impl<R: Runtime + 'static> PodTask<R> {
@@ -215,6 +137,8 @@ impl<R: Runtime + 'static> PodTask<R> {
             last_status: None,
             last_error: None,
             sandbox_error: None,
+            state: None,
+            wake: None,
         }
     }
 
@@ -230,34 +154,77 @@ impl<R: Runtime + 'static> PodTask<R> {
         tracing::info!(pod = %self.full_name(), uid = %self.uid, "pod worker started");
         let mut next = tokio::time::Instant::now();
         loop {
-            tokio::select! {
-                msg = rx.recv() => match msg {
-                    Some(PodMsg::Update(pod)) => self.update(*pod).await,
-                    Some(PodMsg::Remove) => {
-                        let grace = self.grace_period(false);
-                        self.terminate(grace).await;
-                        return;
+            let mut msg = tokio::select! {
+                msg = rx.recv() => Some(msg),
+                () = tokio::time::sleep_until(next) => None,
+            };
+            // Everything queued is taken before one sync covers it all.
+            while let Some(m) = msg {
+                let grace = match m {
+                    Some(PodMsg::Update(pod)) => {
+                        self.update(*pod).await;
+                        None
+                    }
+                    Some(PodMsg::Relisted(state)) => {
+                        self.relisted(*state);
+                        None
+                    }
+                    Some(PodMsg::Remove { grace }) => {
+                        Some(grace.unwrap_or_else(|| self.grace_period(false)))
                     }
                     // The worker is going away: the pod stays as it is.
                     None => return,
-                },
-                () = tokio::time::sleep_until(next) => {}
+                };
+                if let Some(grace) = grace {
+                    self.terminating(grace, &mut rx).await;
+                    return;
+                }
+                msg = rx.try_recv().ok().map(Some);
             }
             if self.pod.metadata.deletion_timestamp.is_some() {
                 let grace = self.grace_period(true);
-                self.terminate(grace).await;
+                self.terminating(grace, &mut rx).await;
                 return;
             }
             self.step().await;
-            let relist = tokio::time::Instant::now() + self.shared.config.relist_period;
-            let probe = self
-                .probes
-                .values()
-                .filter_map(ContainerProbes::next_due)
-                .min()
-                .map(tokio::time::Instant::from_std);
-            next = probe.map_or(relist, |p| p.min(relist));
+            next = self.next_sync();
         }
+    }
+
+    /// A state the PLEG read; older than what this task knows, it is dropped.
+    pub(super) fn relisted(&mut self, state: Stamped) {
+        if self.state.as_ref().is_none_or(|s| s.at <= state.at) {
+            self.state = Some(state);
+        }
+    }
+
+    /// When the next sync is due without a message: the resync, a due probe,
+    /// or what the last sync asked for.
+    fn next_sync(&self) -> tokio::time::Instant {
+        let resync = tokio::time::Instant::now() + self.shared.config.sync_frequency;
+        let probe = self
+            .probes
+            .values()
+            .filter_map(ContainerProbes::next_due)
+            .min()
+            .map(tokio::time::Instant::from_std);
+        [Some(resync), probe, self.wake]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(resync)
+    }
+
+    /// The next sync comes no later than `after` from now.
+    fn wake_within(&mut self, after: Duration) {
+        let at = tokio::time::Instant::now() + after;
+        self.wake = Some(self.wake.map_or(at, |w| w.min(at)));
+    }
+
+    /// The runtime changed under this task's hands: read it again, soon.
+    pub(super) fn invalidate(&mut self) {
+        self.state = None;
+        self.wake_within(Duration::ZERO);
     }
 
     /// `deletionGracePeriodSeconds` when the API set one, else the spec's.
@@ -291,7 +258,7 @@ impl<R: Runtime + 'static> PodTask<R> {
         if changed {
             tracing::info!(pod = %self.full_name(), "pod spec changed: killing it to recreate");
             let grace = self.grace_period(false);
-            self.teardown(grace, true).await;
+            self.teardown(grace).await;
             self.probes.clear();
         }
         self.pod = pod;
@@ -324,66 +291,30 @@ impl<R: Runtime + 'static> PodTask<R> {
                     tracing::warn!(pod = %spec.full_name(), error = %msg, "pod sync failed; retrying");
                 }
                 self.last_error = Some(msg);
+                self.state = None;
+                self.wake_within(self.shared.config.relist_period);
             }
         }
     }
 
-    pub(super) async fn relist(&self) -> Result<Snapshot, CriError> {
-        let rt = &self.shared.runtime;
-        let labels = spec::uid_filter(&self.uid);
-        let mut sandboxes = rt
-            .list_pod_sandboxes(&SandboxFilter {
-                labels: labels.clone(),
-                ..Default::default()
-            })
-            .await?;
-        sandboxes.sort_by_key(|s| std::cmp::Reverse(s.created_at));
-        let mut ready = None;
-        if let Some(s) = sandboxes.iter().find(|s| s.state == SandboxState::Ready) {
-            match rt.pod_sandbox_status(&s.id).await {
-                Ok(st) if st.state == SandboxState::Ready => ready = Some(st),
-                Ok(_) => {}
-                Err(e) if e.is_not_found() => {}
-                Err(e) => return Err(e),
-            }
-        }
-        let infos = rt
-            .list_containers(&ContainerFilter {
-                labels,
-                ..Default::default()
-            })
-            .await?;
-        let mut containers: BTreeMap<String, Vec<Instance>> = BTreeMap::new();
-        for info in infos {
-            let name = info
-                .labels
-                .get(CONTAINER_NAME_LABEL)
-                .cloned()
-                .unwrap_or_else(|| info.name.clone());
-            match rt.container_status(&info.id).await {
-                Ok(status) => containers.entry(name).or_default().push(Instance {
-                    sandbox_id: info.sandbox_id,
-                    status,
-                }),
-                Err(e) if e.is_not_found() => {}
-                Err(e) => return Err(e),
-            }
-        }
-        for v in containers.values_mut() {
-            v.sort_by_key(|i| std::cmp::Reverse((i.status.created_at, restart_count(&i.status))));
-        }
-        Ok(Snapshot {
-            sandboxes,
-            ready,
-            containers,
-        })
+    /// Reads the pod's state itself (after it acted, or before its first
+    /// sync) and keeps it as the newest.
+    pub(super) async fn relist(&mut self) -> Result<Snapshot, CriError> {
+        let state = snapshot::relist(&*self.shared.runtime, &self.uid).await?;
+        let snap = state.snapshot.clone();
+        self.state = Some(state);
+        Ok(snap)
     }
 
     /// Acts until nothing more can be done on this sync (a new sandbox lets
     /// containers start at once), then probes.
     async fn sync(&mut self, spec: &PodSpec) -> Result<Snapshot, CriError> {
         self.waiting.clear();
-        let mut snap = self.relist().await?;
+        self.wake = None;
+        let mut snap = match &self.state {
+            Some(s) => s.snapshot.clone(),
+            None => self.relist().await?,
+        };
         for _ in 0..3 {
             if !self.act(spec, &snap).await? {
                 break;
@@ -396,6 +327,19 @@ impl<R: Runtime + 'static> PodTask<R> {
         }
         self.gc(&snap).await;
         self.refresh_projections(spec, &snap);
+        // Held back without a timer of its own (a config error, a failed
+        // create): tried again after a relist period, as the kubelet's pod
+        // workers requeue a failed sync.
+        let retry = self.sandbox_error.is_some()
+            || self.waiting.values().any(|w| {
+                !matches!(
+                    w.reason,
+                    WaitingReason::CrashLoopBackOff | WaitingReason::ImagePullBackOff
+                )
+            });
+        if retry {
+            self.wake_within(self.shared.config.relist_period);
+        }
         Ok(snap)
     }
 
@@ -426,121 +370,70 @@ impl<R: Runtime + 'static> PodTask<R> {
         sb.ip.or(self.shared.config.node_ip)
     }
 
-    /// One round of `computePodActions`; true when the runtime changed.
+    /// Carries out one round of [`compute_pod_actions`]; true when the
+    /// runtime changed.
     async fn act(&mut self, spec: &PodSpec, snap: &Snapshot) -> Result<bool, CriError> {
         let rt = self.shared.runtime.clone();
-        // A pod the API already shows finished never runs again, even when
-        // the runtime lost its containers (a node reboot).
-        if api_terminal(&self.pod) || finished(spec, snap) {
-            // Done for good: the sandbox (pause process, IP) goes.
-            if let Some(sb) = &snap.ready {
-                tracing::info!(pod = %spec.full_name(), "pod finished; stopping its sandbox");
-                rt.stop_pod_sandbox(&sb.id).await?;
-                return Ok(true);
-            }
+        let now = Instant::now();
+        let actions = compute_pod_actions(spec, snap, api_terminal(&self.pod), &self.crash, now);
+        for b in &actions.back_off {
+            self.waiting.insert(
+                b.name.clone(),
+                waiting(WaitingReason::CrashLoopBackOff, b.message.clone()),
+            );
+            self.wake_within(b.remaining);
+        }
+        if actions.is_empty() {
             return Ok(false);
         }
-        let Some(sb) = &snap.ready else {
-            // A dead sandbox takes its containers with it.
-            for i in snap.running() {
-                rt.stop_container(&i.status.id, Duration::ZERO).await?;
-            }
-            let attempt = snap
-                .sandboxes
-                .iter()
-                .map(|s| s.attempt + 1)
-                .max()
-                .unwrap_or(0);
+        let PodActions {
+            stop_sandbox,
+            kill,
+            create_sandbox,
+            start,
+            ..
+        } = actions;
+        if let Some(id) = stop_sandbox {
+            tracing::info!(pod = %spec.full_name(), "pod finished; stopping its sandbox");
+            rt.stop_pod_sandbox(&id).await?;
+        }
+        for id in &kill {
+            rt.stop_container(id, Duration::ZERO).await?;
+        }
+        if let Some(attempt) = create_sandbox {
             let cfg = spec::sandbox_config(&self.shared.config, spec, attempt);
-            return match rt.run_pod_sandbox(&cfg).await {
+            match rt.run_pod_sandbox(&cfg).await {
                 Ok(id) => {
                     tracing::info!(pod = %spec.full_name(), sandbox = %id, attempt, "sandbox started");
                     self.sandbox_error = None;
-                    Ok(true)
                 }
-                // Reported, and retried on the next sync: the pod stays
-                // Pending with its containers ContainerCreating.
+                // Reported, and retried: the pod stays Pending with its
+                // containers ContainerCreating.
                 Err(e) => {
                     let msg = e.to_string();
                     if self.sandbox_error.as_ref() != Some(&msg) {
                         tracing::warn!(pod = %spec.full_name(), error = %msg, "cannot create the pod sandbox");
                     }
                     self.sandbox_error = Some(msg);
-                    Ok(false)
+                    return Ok(!kill.is_empty());
                 }
-            };
-        };
-        let mut acted = false;
-        // Containers left in an older sandbox are dead to this one.
-        for i in snap.running().filter(|i| i.sandbox_id != sb.id) {
-            rt.stop_container(&i.status.id, Duration::ZERO).await?;
-            acted = true;
-        }
-        if acted {
+            }
             return Ok(true);
         }
-        match next_init_container(spec, |n| snap.run_state(n)) {
-            InitStep::Done => {}
-            InitStep::Wait => return Ok(false),
-            InitStep::Start(i) => {
-                let c = &spec.init_containers[i];
-                return match snap.latest(&c.name) {
-                    Some(_) => self.restart(spec, c, snap, sb).await,
-                    None => self.start(spec, c, snap, sb).await,
-                };
-            }
-            InitStep::Failed { index, pod_failed } => {
-                if pod_failed {
-                    return Ok(false);
-                }
-                return self
-                    .restart(spec, &spec.init_containers[index], snap, sb)
-                    .await;
-            }
-        }
-        for c in &spec.containers {
-            let changed = match snap.run_state(&c.name) {
-                None => self.start(spec, c, snap, sb).await?,
-                Some(RunState::Running) => false,
-                Some(s) if should_restart(spec.restart_policy, spec.deleting, false, Some(s)) => {
-                    self.restart(spec, c, snap, sb).await?
-                }
-                Some(_) => false,
+        let Some(sb) = &snap.ready else {
+            return Ok(true);
+        };
+        let mut acted = !kill.is_empty();
+        for s in start {
+            let Some(c) = spec.container(&s.name) else {
+                continue;
             };
-            acted |= changed;
+            if let Some(finished_at) = s.replaces {
+                self.crash.restarted(&spec.uid, &c.name, finished_at, now);
+            }
+            acted |= self.start(spec, c, snap, sb).await?;
         }
         Ok(acted)
-    }
-
-    /// Restarts an exited (or never started) container once CrashLoopBackOff allows.
-    async fn restart(
-        &mut self,
-        spec: &PodSpec,
-        c: &ContainerSpec,
-        snap: &Snapshot,
-        sb: &SandboxStatus,
-    ) -> Result<bool, CriError> {
-        let Some(latest) = snap.latest(&c.name) else {
-            return self.start(spec, c, snap, sb).await;
-        };
-        let st = &latest.status;
-        let finished_at = instant(st.finished_at.unwrap_or(st.created_at));
-        match self.crash.check(
-            &spec.uid,
-            &spec.full_name(),
-            &c.name,
-            finished_at,
-            Instant::now(),
-        ) {
-            RestartGate::Start => self.start(spec, c, snap, sb).await,
-            RestartGate::Wait { message, .. } => {
-                self.waiting.insert(
-                    c.name.clone(),
-                    waiting(WaitingReason::CrashLoopBackOff, message),
-                );
-                Ok(false)
-            }
-        }
     }
 
     /// Pulls the image, creates and starts a new instance of `c`. Problems
@@ -669,7 +562,8 @@ impl<R: Runtime + 'static> PodTask<R> {
             PullPolicy::IfNotPresent | PullPolicy::Always => {}
         }
         let now = Instant::now();
-        if let PullGate::Wait { message, .. } = self.pulls.check(&spec.uid, &c.image, now) {
+        if let PullGate::Wait { message, remaining } = self.pulls.check(&spec.uid, &c.image, now) {
+            self.wake_within(remaining);
             return Err(waiting(WaitingReason::ImagePullBackOff, message));
         }
         match rt.pull_image(&c.image).await {

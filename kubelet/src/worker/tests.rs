@@ -60,6 +60,7 @@ fn config() -> WorkerConfig {
         sync_frequency: Duration::from_secs(60),
         memory_capacity: Some(1 << 30),
         objects: None,
+        health: None,
     }
 }
 
@@ -91,6 +92,12 @@ fn task_on(rt: &Arc<FakeRuntime>, pod: Pod) -> (Arc<Sink>, PodTask<FakeRuntime>)
         view: Arc::new(View::default()),
     });
     (sink, PodTask::new(shared, pod, PodSource::Api))
+}
+
+/// One sync after the runtime changed: the PLEG would have reported it.
+async fn step(t: &mut PodTask<FakeRuntime>) {
+    t.state = None;
+    t.step().await;
 }
 
 /// The newest container of each name: (id, state).
@@ -144,19 +151,19 @@ async fn init_containers_run_in_order_before_the_app() {
         "u1",
         json!({"initContainers": [c("a"), c("b")], "containers": [c("app")]}),
     ));
-    t.step().await;
+    step(&mut t).await;
     let cs = containers(&rt).await;
     assert_eq!(cs.keys().collect::<Vec<_>>(), ["a"]);
     assert_eq!(phase(&sink.last()), "Pending");
     // Still running: nothing else starts.
-    t.step().await;
+    step(&mut t).await;
     assert_eq!(containers(&rt).await.len(), 1);
     rt.exit_container(&cs["a"].0, 0);
-    t.step().await;
+    step(&mut t).await;
     let cs = containers(&rt).await;
     assert_eq!(cs.keys().collect::<Vec<_>>(), ["a", "b"]);
     rt.exit_container(&cs["b"].0, 0);
-    t.step().await;
+    step(&mut t).await;
     let cs = containers(&rt).await;
     assert_eq!(cs["app"].1, ContainerState::Running);
     let s = sink.last();
@@ -175,9 +182,9 @@ async fn failed_init_container_restarts_unless_never() {
         "u2",
         json!({"restartPolicy": "OnFailure", "initContainers": [c("a")], "containers": [c("app")]}),
     ));
-    t.step().await;
+    step(&mut t).await;
     rt.exit_container(&containers(&rt).await["a"].0, 1);
-    t.step().await;
+    step(&mut t).await;
     assert_eq!(creates(&rt), 2, "{:?}", rt.calls());
     assert!(!containers(&rt).await.contains_key("app"));
 
@@ -185,10 +192,10 @@ async fn failed_init_container_restarts_unless_never() {
         "u3",
         json!({"restartPolicy": "Never", "initContainers": [c("a")], "containers": [c("app")]}),
     ));
-    t.step().await;
+    step(&mut t).await;
     rt.exit_container(&containers(&rt).await["a"].0, 1);
-    t.step().await;
-    t.step().await;
+    step(&mut t).await;
+    step(&mut t).await;
     assert_eq!(creates(&rt), 1);
     assert_eq!(phase(&sink.last()), "Failed");
     // A finished pod's sandbox is stopped.
@@ -202,9 +209,9 @@ async fn restart_policies_and_crash_loop_backoff() {
         "n",
         json!({"restartPolicy": "Never", "containers": [c("c")]}),
     ));
-    t.step().await;
+    step(&mut t).await;
     rt.exit_container(&containers(&rt).await["c"].0, 1);
-    t.step().await;
+    step(&mut t).await;
     assert_eq!(creates(&rt), 1);
     assert_eq!(phase(&sink.last()), "Failed");
 
@@ -213,21 +220,21 @@ async fn restart_policies_and_crash_loop_backoff() {
         "o",
         json!({"restartPolicy": "OnFailure", "containers": [c("c")]}),
     ));
-    t.step().await;
+    step(&mut t).await;
     rt.exit_container(&containers(&rt).await["c"].0, 0);
-    t.step().await;
+    step(&mut t).await;
     assert_eq!(creates(&rt), 1);
     assert_eq!(phase(&sink.last()), "Succeeded");
 
     // Always: the first exit restarts at once, the next one backs off.
     let (rt, sink, mut t) = setup(pod("a", json!({"containers": [c("c")]})));
-    t.step().await;
+    step(&mut t).await;
     rt.exit_container(&containers(&rt).await["c"].0, 0);
-    t.step().await;
+    step(&mut t).await;
     assert_eq!(creates(&rt), 2);
     assert_eq!(restart_count(&sink.last(), "c"), 1);
     rt.exit_container(&containers(&rt).await["c"].0, 2);
-    t.step().await;
+    step(&mut t).await;
     assert_eq!(creates(&rt), 2, "restarted inside the backoff");
     let s = sink.last();
     assert_eq!(waiting_reason(&s, "c").as_deref(), Some("CrashLoopBackOff"));
@@ -239,20 +246,20 @@ async fn image_pull_policies() {
     let rt = Arc::new(FakeRuntime::new());
     let spec = |policy: &str| json!({"containers": [{"name": "c", "image": "missing:1", "imagePullPolicy": policy}]});
     let (sink, mut t) = task_on(&rt, pod("never", spec("Never")));
-    t.step().await;
+    step(&mut t).await;
     assert_eq!(
         waiting_reason(&sink.last(), "c").as_deref(),
         Some("ErrImageNeverPull")
     );
     let (sink, mut t) = task_on(&rt, pod("ifnp", spec("IfNotPresent")));
-    t.step().await;
+    step(&mut t).await;
     assert_eq!(
         waiting_reason(&sink.last(), "c").as_deref(),
         Some("ErrImagePull")
     );
     let pulls = |rt: &FakeRuntime| rt.calls().iter().filter(|c| *c == "PullImage").count();
     let before = pulls(&rt);
-    t.step().await;
+    step(&mut t).await;
     assert_eq!(
         waiting_reason(&sink.last(), "c").as_deref(),
         Some("ImagePullBackOff")
@@ -267,7 +274,7 @@ async fn image_pull_policies() {
             json!({"containers": [{"name": "c", "image": "pullable:1", "imagePullPolicy": "Always"}]}),
         ),
     );
-    t.step().await;
+    step(&mut t).await;
     assert_eq!(phase(&sink.last()), "Running");
 }
 
@@ -275,15 +282,15 @@ async fn image_pull_policies() {
 async fn a_new_task_adopts_what_runs() {
     let p = pod("adopt", json!({"containers": [c("c")]}));
     let (rt, _, mut t) = setup(p.clone());
-    t.step().await;
+    step(&mut t).await;
     rt.exit_container(&containers(&rt).await["c"].0, 1);
-    t.step().await;
+    step(&mut t).await;
     let running = containers(&rt).await["c"].clone();
     drop(t);
     let calls = rt.calls().len();
     let (sink, mut t2) = task_on(&rt, p);
-    t2.step().await;
-    t2.step().await;
+    step(&mut t2).await;
+    step(&mut t2).await;
     let mutating: Vec<_> = rt.calls()[calls..]
         .iter()
         .filter(|c| !c.starts_with("List") && !c.ends_with("Status"))
@@ -302,8 +309,8 @@ async fn a_new_task_adopts_what_runs() {
 #[tokio::test]
 async fn bad_spec_reports_create_container_config_error() {
     let (rt, sink, mut t) = setup(pod("bad", json!({"containers": [c("x"), c("x")]})));
-    t.step().await;
-    t.step().await;
+    step(&mut t).await;
+    step(&mut t).await;
     assert!(rt.calls().is_empty(), "{:?}", rt.calls());
     let s = sink.last();
     assert_eq!(
@@ -325,7 +332,7 @@ async fn standalone_reports_config_map_volumes_as_unsupported() {
                "containers": [{"name": "c", "image": IMAGE,
                    "volumeMounts": [{"name": "v", "mountPath": "/v"}]}]}),
     ));
-    t.step().await;
+    step(&mut t).await;
     assert_eq!(creates(&rt), 0);
     let s = sink.last();
     assert_eq!(
@@ -345,7 +352,7 @@ async fn liveness_failure_kills_then_restarts() {
         exit_code: i32::from(cmd[0] == "false"),
         ..Default::default()
     });
-    t.step().await;
+    step(&mut t).await;
     let first = containers(&rt).await["c"].clone();
     // The probe ran on that sync and killed the container.
     assert!(rt.calls().contains(&"ExecSync".to_owned()));
@@ -353,7 +360,7 @@ async fn liveness_failure_kills_then_restarts() {
         rt.container_status(&first.0).await.unwrap().state,
         ContainerState::Exited
     );
-    t.step().await;
+    step(&mut t).await;
     assert_eq!(creates(&rt), 2);
     assert_eq!(restart_count(&sink.last(), "c"), 1);
 }
@@ -371,8 +378,9 @@ async fn termination_runs_pre_stop_and_removes_the_sandbox() {
         s2.lock().unwrap().push(cmd.to_vec());
         ExecResult::default()
     });
-    t.step().await;
-    t.terminate(Duration::from_secs(5)).await;
+    step(&mut t).await;
+    let (_tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    t.terminating(Duration::from_secs(5), &mut rx).await;
     assert_eq!(*seen.lock().unwrap(), [vec!["cleanup".to_owned()]]);
     let calls = rt.calls();
     let pos = |c: &str| calls.iter().position(|x| x == c).unwrap();
@@ -417,9 +425,12 @@ async fn a_changed_static_pod_is_killed_before_its_successor_starts() {
     };
     tx.send(upsert("old")).await.unwrap();
     running("old").await;
-    tx.send(PodEvent::Remove { uid: "old".into() })
-        .await
-        .unwrap();
+    tx.send(PodEvent::Remove {
+        uid: "old".into(),
+        grace: None,
+    })
+    .await
+    .unwrap();
     tx.send(upsert("new")).await.unwrap();
     running("new").await;
     let calls = rt.calls();
@@ -440,7 +451,7 @@ async fn orphans_of_unknown_pods_are_reaped_known_ones_kept() {
     // What a previous kubelet left: one pod still wanted, one not.
     for uid in ["kept", "orphan"] {
         let (_, mut t) = task_on(&rt, pod(uid, json!({"containers": [c("c")]})));
-        t.step().await;
+        step(&mut t).await;
     }
     let (tx, rx) = tokio::sync::mpsc::channel(8);
     let worker = super::Worker::spawn(rt.clone(), config(), Arc::new(Sink::default()), rx);
@@ -477,7 +488,7 @@ async fn a_pod_the_api_shows_finished_is_not_run_again() {
         ..Default::default()
     });
     let (rt, sink, mut t) = setup(p);
-    t.step().await;
+    step(&mut t).await;
     assert_eq!(
         rt.calls().iter().filter(|c| *c == "RunPodSandbox").count(),
         0
@@ -488,10 +499,10 @@ async fn a_pod_the_api_shows_finished_is_not_run_again() {
 #[tokio::test]
 async fn a_dead_sandbox_is_replaced_and_its_containers_restarted() {
     let (rt, sink, mut t) = setup(pod("sb", json!({"containers": [c("c")]})));
-    t.step().await;
+    step(&mut t).await;
     let sbs = rt.list_pod_sandboxes(&Default::default()).await.unwrap();
     rt.stop_pod_sandbox(&sbs[0].id).await.unwrap();
-    t.step().await;
+    step(&mut t).await;
     let mut sbs = rt.list_pod_sandboxes(&Default::default()).await.unwrap();
     sbs.sort_by_key(|s| s.attempt);
     assert_eq!(sbs.iter().map(|s| s.attempt).collect::<Vec<_>>(), [0, 1]);
@@ -509,8 +520,8 @@ async fn a_dead_sandbox_is_replaced_and_its_containers_restarted() {
 async fn run_as_non_root_is_checked_against_the_image_user() {
     let non_root = json!({"securityContext": {"runAsNonRoot": true}, "containers": [c("c")]});
     let (rt, sink, mut t) = setup(pod("root-image", non_root.clone()));
-    t.step().await;
-    t.step().await;
+    step(&mut t).await;
+    step(&mut t).await;
     assert_eq!(creates(&rt), 0);
     let s = sink.last();
     assert_eq!(
@@ -532,7 +543,9 @@ async fn run_as_non_root_is_checked_against_the_image_user() {
     rt.add_image(IMAGE);
     rt.set_image_user(IMAGE, Some(1000), "");
     let (sink, mut t) = task_on(&rt, pod("uid-image", non_root));
-    t.step().await;
-    t.step().await;
+    step(&mut t).await;
+    step(&mut t).await;
     assert_eq!(creates(&rt), 1, "{:?}", sink.last());
 }
+
+mod structure;

@@ -196,7 +196,12 @@ fn a_sub_path_cannot_follow_a_symlink_out_of_the_volume() -> Result<()> {
                 .is_dir(),
             "the missing subPath was created inside the volume"
         );
-        k.events.send(PodEvent::Remove { uid: uid.clone() }).await?;
+        k.events
+            .send(PodEvent::Remove {
+                uid: uid.clone(),
+                grace: None,
+            })
+            .await?;
         let deadline = std::time::Instant::now() + MIN;
         while !k.rec.terminated.lock().unwrap().contains_key(&uid) {
             ensure!(std::time::Instant::now() < deadline, "never terminated");

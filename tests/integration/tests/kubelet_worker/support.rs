@@ -162,6 +162,7 @@ pub(crate) fn worker_config(ctrd: &Containerd) -> WorkerConfig {
         sync_frequency: Duration::from_secs(60),
         memory_capacity: memory_capacity(),
         objects: None,
+        health: None,
     }
 }
 
