@@ -35,6 +35,41 @@ pub struct Kubelet {
     read_only_port: Option<u16>,
 }
 
+/// One node in API-server mode: weir-kubelet on its own containerd, reaching
+/// the test API server through a relay at `127.0.0.1:6443` of the node
+/// namespace. Fields drop in order: the kubelet (SIGKILL), the relay, the
+/// API server, then containerd, which takes the pods with it.
+pub struct ApiNode {
+    pub kubelet: Kubelet,
+    pub relay: crate::api::Relay,
+    pub cluster: crate::api::Cluster,
+    pub ctrd: Containerd,
+}
+
+impl ApiNode {
+    /// The API server's port inside the node namespace.
+    pub const API_PORT: u16 = 6443;
+
+    pub fn start(node: &str, opts: &ConfigOptions) -> Result<Self> {
+        let ctrd = Containerd::start()?;
+        let cluster = crate::api::Cluster::start()?;
+        let relay =
+            crate::api::Relay::start_in_netns(&ctrd.node, Self::API_PORT, cluster.server.addr())?;
+        let kubeconfig = cluster.kubeconfig_via(
+            &format!("https://127.0.0.1:{}", Self::API_PORT),
+            &ctrd.dir.join("kc"),
+        )?;
+        let config = write_config(&ctrd, opts)?;
+        let kubelet = Kubelet::start(&ctrd, &config, Some(&kubeconfig), node)?;
+        Ok(Self {
+            kubelet,
+            relay,
+            cluster,
+            ctrd,
+        })
+    }
+}
+
 /// What goes into the KubeletConfiguration [`write_config`] writes.
 #[derive(Clone, Debug, Default)]
 pub struct ConfigOptions {

@@ -10,14 +10,12 @@ use k8s_openapi::api::core::v1::{Event, Pod, Secret};
 use kube::Api;
 use serde_json::json;
 use weir_integration::{
-    api::{Cluster, Relay},
-    containerd::Containerd,
+    api::Cluster,
     images::BUSYBOX,
-    kubelet::{ConfigOptions, Kubelet, until, write_config},
+    kubelet::{ApiNode, ConfigOptions, until},
 };
 
 const NODE: &str = "node-s";
-const API_PORT: u16 = 6443;
 
 fn running(p: &Pod) -> bool {
     p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
@@ -38,19 +36,6 @@ fn waiting(p: &Pod) -> Option<(String, String)> {
     Some((w.reason.unwrap_or_default(), w.message.unwrap_or_default()))
 }
 
-fn setup() -> Result<(Containerd, Cluster, Relay, Kubelet)> {
-    let ctrd = Containerd::start()?;
-    let cluster = Cluster::start()?;
-    let relay = Relay::start_in_netns(&ctrd.node, API_PORT, cluster.server.addr())?;
-    let kubeconfig = cluster.kubeconfig_via(
-        &format!("https://127.0.0.1:{API_PORT}"),
-        &ctrd.dir.join("kc"),
-    )?;
-    let config = write_config(&ctrd, &ConfigOptions::default())?;
-    let kubelet = Kubelet::start(&ctrd, &config, Some(&kubeconfig), NODE)?;
-    Ok((ctrd, cluster, relay, kubelet))
-}
-
 fn secret(cluster: &Cluster, name: &str) -> Result<()> {
     cluster.upsert(
         &cluster.api::<Secret>("default"),
@@ -67,8 +52,9 @@ fn secret(cluster: &Cluster, name: &str) -> Result<()> {
 /// got a waiting message but no Event.
 #[test]
 fn secrets_are_watched_per_object_and_failures_show_on_the_pod() -> Result<()> {
-    let (_ctrd, cluster, _relay, kubelet) = setup()?;
-    secret(&cluster, "token")?;
+    let node = ApiNode::start(NODE, &ConfigOptions::default())?;
+    let (cluster, kubelet) = (&node.cluster, &node.kubelet);
+    secret(cluster, "token")?;
     let pods: Api<Pod> = cluster.api("default");
     for (name, secret) in [("ok", "token"), ("lacks", "absent")] {
         cluster.upsert(
@@ -87,11 +73,11 @@ fn secrets_are_watched_per_object_and_failures_show_on_the_pod() -> Result<()> {
             }),
         )?;
     }
-    until(&kubelet, "ok Running", Duration::from_secs(60), || {
+    until(kubelet, "ok Running", Duration::from_secs(60), || {
         Ok(cluster.block_on(pods.get_opt("ok"))?.filter(running))
     })?;
     let (reason, message) = until(
-        &kubelet,
+        kubelet,
         "lacks waits with CreateContainerConfigError",
         Duration::from_secs(60),
         || {
@@ -108,7 +94,7 @@ fn secrets_are_watched_per_object_and_failures_show_on_the_pod() -> Result<()> {
     );
     let events: Api<Event> = cluster.api("default");
     let ev = until(
-        &kubelet,
+        kubelet,
         "a Warning Event on lacks",
         Duration::from_secs(30),
         || {
@@ -145,8 +131,8 @@ fn secrets_are_watched_per_object_and_failures_show_on_the_pod() -> Result<()> {
     }
 
     // The watch brings the Secret as soon as it exists.
-    secret(&cluster, "absent")?;
-    until(&kubelet, "lacks Running", Duration::from_secs(60), || {
+    secret(cluster, "absent")?;
+    until(kubelet, "lacks Running", Duration::from_secs(60), || {
         Ok(cluster.block_on(pods.get_opt("lacks"))?.filter(running))
     })?;
     Ok(())
@@ -169,8 +155,9 @@ fn mounts_with(part: &str) -> Result<Vec<String>> {
 #[test]
 fn secret_volumes_are_per_pod_tmpfs_with_their_modes() -> Result<()> {
     use std::os::unix::fs::PermissionsExt as _;
-    let (ctrd, cluster, _relay, kubelet) = setup()?;
-    secret(&cluster, "token")?;
+    let node = ApiNode::start(NODE, &ConfigOptions::default())?;
+    let (cluster, kubelet, ctrd) = (&node.cluster, &node.kubelet, &node.ctrd);
+    secret(cluster, "token")?;
     let out = ctrd.dir.join("out");
     std::fs::create_dir_all(&out)?;
     let pods: Api<Pod> = cluster.api("default");
@@ -199,7 +186,7 @@ fn secret_volumes_are_per_pod_tmpfs_with_their_modes() -> Result<()> {
     )?;
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let result = until(
-        &kubelet,
+        kubelet,
         "the container's report",
         Duration::from_secs(60),
         || Ok(std::fs::read_to_string(out.join("r")).ok()),
@@ -235,13 +222,13 @@ fn secret_volumes_are_per_pod_tmpfs_with_their_modes() -> Result<()> {
     );
 
     cluster.block_on(pods.delete("vol", &Default::default()))?;
-    until(&kubelet, "vol gone", Duration::from_secs(60), || {
+    until(kubelet, "vol gone", Duration::from_secs(60), || {
         Ok(cluster
             .block_on(pods.get_opt("vol"))?
             .is_none()
             .then_some(()))
     })?;
-    until(&kubelet, "no mount left", Duration::from_secs(30), || {
+    until(kubelet, "no mount left", Duration::from_secs(30), || {
         Ok(mounts_with(&uid)?.is_empty().then_some(()))
     })?;
     ensure!(!plugin.exists(), "the pod dir is removed");

@@ -77,7 +77,7 @@ pub enum Bench {
         #[arg(long, default_value_t = 20)]
         sequential: u32,
         /// Pods written at once.
-        #[arg(long, default_value_t = 50)]
+        #[arg(long, default_value_t = 100)]
         burst: u32,
         /// Seconds of idle CPU sampling with the burst's pods running.
         #[arg(long, default_value_t = 20)]
