@@ -1,8 +1,8 @@
 //! The node lifecycle controller's decisions, as upstream's
 //! (`pkg/controller/nodelifecycle` with its taint manager): a node whose
 //! kubelet has not renewed its Lease (nor posted status) within the grace
-//! period turns Unknown; nodes carry the taints their Ready condition and
-//! cordon imply; pods on a node tainted NoExecute are evicted once their
+//! period turns Unknown; nodes carry the taints their Ready condition,
+//! pressure conditions (TaintNodesByCondition) and cordon imply; pods on a node tainted NoExecute are evicted once their
 //! tolerations run out.
 use std::time::Duration;
 
@@ -22,7 +22,25 @@ pub mod run;
 pub const NOT_READY: &str = "node.kubernetes.io/not-ready";
 pub const UNREACHABLE: &str = "node.kubernetes.io/unreachable";
 pub const UNSCHEDULABLE: &str = "node.kubernetes.io/unschedulable";
-const MANAGED: [&str; 3] = [NOT_READY, UNREACHABLE, UNSCHEDULABLE];
+/// TaintNodesByCondition: a condition that is True, and its NoSchedule taint.
+pub const CONDITION_TAINTS: [(&str, &str); 4] = [
+    ("MemoryPressure", "node.kubernetes.io/memory-pressure"),
+    ("DiskPressure", "node.kubernetes.io/disk-pressure"),
+    ("PIDPressure", "node.kubernetes.io/pid-pressure"),
+    (
+        "NetworkUnavailable",
+        "node.kubernetes.io/network-unavailable",
+    ),
+];
+const MANAGED: [&str; 7] = [
+    NOT_READY,
+    UNREACHABLE,
+    UNSCHEDULABLE,
+    CONDITION_TAINTS[0].1,
+    CONDITION_TAINTS[1].1,
+    CONDITION_TAINTS[2].1,
+    CONDITION_TAINTS[3].1,
+];
 
 #[derive(Debug, Default, PartialEq)]
 pub struct Decision {
@@ -32,14 +50,19 @@ pub struct Decision {
     pub taints: Option<Vec<Taint>>,
 }
 
-fn ready(node: &Node) -> Option<&str> {
+/// The status of the node's condition `kind`.
+pub fn condition<'a>(node: &'a Node, kind: &str) -> Option<&'a str> {
     node.status
         .as_ref()?
         .conditions
         .as_ref()?
         .iter()
-        .find(|c| c.type_ == "Ready")
+        .find(|c| c.type_ == kind)
         .map(|c| c.status.as_str())
+}
+
+fn ready(node: &Node) -> Option<&str> {
+    condition(node, "Ready")
 }
 
 /// When the kubelet was last heard of: its Lease, its Ready heartbeat, or
@@ -77,6 +100,14 @@ pub fn decide(node: &Node, lease: Option<&Lease>, now: Timestamp, grace: Duratio
     };
     if node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true) {
         wanted.push((UNSCHEDULABLE, "NoSchedule"));
+    }
+    // A node marked Unknown has every condition Unknown: none of these.
+    if !mark_unknown {
+        for (kind, key) in CONDITION_TAINTS {
+            if condition(node, kind) == Some("True") {
+                wanted.push((key, "NoSchedule"));
+            }
+        }
     }
     let current: Vec<Taint> = node
         .spec

@@ -115,6 +115,46 @@ fn taints_follow_ready_and_cordon() {
     assert_eq!(decide(&tainted, None, now, GRACE), Decision::default());
 }
 
+#[test]
+fn pressure_conditions_taint_no_schedule_until_they_clear() {
+    let now = at("00:10");
+    let pressed = |memory: &str, disk: &str, taints: Value| {
+        let conditions = json!([
+            {"type": "Ready", "status": "True",
+             "lastHeartbeatTime": "2026-12-04T10:00:05Z"},
+            {"type": "MemoryPressure", "status": memory},
+            {"type": "DiskPressure", "status": disk},
+        ]);
+        node(
+            "True",
+            "00:05",
+            json!({"spec": {"taints": taints}, "status": {"conditions": conditions}}),
+        )
+    };
+    let d = decide(&pressed("False", "True", json!([])), None, now, GRACE);
+    assert_eq!(
+        keys(&d).unwrap(),
+        ["node.kubernetes.io/disk-pressure:NoSchedule"]
+    );
+    let both = decide(&pressed("True", "True", json!([])), None, now, GRACE);
+    assert_eq!(
+        keys(&both).unwrap(),
+        [
+            "node.kubernetes.io/memory-pressure:NoSchedule",
+            "node.kubernetes.io/disk-pressure:NoSchedule"
+        ]
+    );
+    let cleared = pressed(
+        "False",
+        "False",
+        json!([{"key": "node.kubernetes.io/disk-pressure", "effect": "NoSchedule"}]),
+    );
+    assert_eq!(
+        keys(&decide(&cleared, None, now, GRACE)).unwrap(),
+        Vec::<String>::new()
+    );
+}
+
 fn pod(tolerations: Value) -> Pod {
     serde_json::from_value(json!({"metadata": {"name": "p"},
         "spec": {"containers": [{"name": "c", "image": "i"}], "tolerations": tolerations}}))
