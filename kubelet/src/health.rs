@@ -52,6 +52,15 @@ pub struct HealthState {
     pub network_error: Option<String>,
     /// When the last successful relist started.
     pub last_relist: Option<Instant>,
+    /// The eviction manager's MemoryPressure and DiskPressure.
+    pub pressure: Option<Pressure>,
+}
+
+/// The pressure conditions, as the eviction manager last decided them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Pressure {
+    pub memory: bool,
+    pub disk: bool,
 }
 
 /// Go's `%v` of a `*RuntimeCondition`, as the kubelet's messages embed it.
@@ -220,6 +229,11 @@ impl NodeHealth {
             self.record_relist(started);
         }
         ok
+    }
+
+    /// The eviction manager's view of memory and disk.
+    pub fn set_pressure(&self, memory: bool, disk: bool) {
+        self.lock().pressure = Some(Pressure { memory, disk });
     }
 
     /// A relist that started at `started` succeeded.

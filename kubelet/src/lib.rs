@@ -3,6 +3,7 @@ pub mod api;
 pub mod cli;
 pub mod config;
 pub mod cri;
+pub mod eviction;
 pub mod flow;
 pub mod health;
 pub mod pod;

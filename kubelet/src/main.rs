@@ -166,13 +166,22 @@ async fn run(args: Args, config: Config) -> Result<(), MainError> {
     worker_config.cgroup_root = args.cgroup_root.clone();
     worker_config.objects = objects;
     worker_config.node_ip = Some(node_ip);
-    worker_config.health = node_health;
+    worker_config.health = node_health.clone();
     tokio::spawn(weir_kubelet::worker::rotate_logs(
         runtime.clone(),
         weir_kubelet::worker::LogRotation::from_config(&config),
     ));
     let stream_runtime: Arc<dyn weir_kubelet::server::StreamRuntime> = runtime.clone();
+    let image_fs = weir_kubelet::eviction::observe::image_fs(&*runtime).await;
     let worker = Worker::spawn(runtime, worker_config, sink, rx);
+    weir_kubelet::eviction::EvictionManager {
+        config: config.eviction.clone(),
+        pods: worker.eviction_handle(),
+        health: node_health.clone(),
+        root_dir: args.root_dir.clone(),
+        image_fs,
+    }
+    .spawn();
     weir_kubelet::server::serve(config.clone(), worker.view(), stream_runtime, api_server).await?;
 
     let files_read = if let Some(dir) = &config.static_pod_path {

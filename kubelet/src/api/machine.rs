@@ -138,19 +138,7 @@ pub fn go_arch(rust_arch: &str) -> &str {
 // The statvfs field widths differ between targets (32-bit c_ulong).
 #[allow(clippy::unnecessary_cast)]
 fn statvfs(path: &Path) -> Option<(u64, u64)> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
-    let mut st = std::mem::MaybeUninit::<libc::statvfs>::zeroed();
-    // SAFETY: `c` is a NUL-terminated path and `st` is writable memory of the
-    // right type; statvfs only writes into it.
-    let rc = unsafe { libc::statvfs(c.as_ptr(), st.as_mut_ptr()) };
-    if rc != 0 {
-        return None;
-    }
-    // SAFETY: statvfs returned 0, so it filled the struct.
-    let st = unsafe { st.assume_init() };
-    let frsize = st.f_frsize as u64;
-    Some((st.f_blocks as u64 * frsize, st.f_bavail as u64 * frsize))
+    crate::eviction::observe::fs_stats(path).map(|f| (f.capacity, f.available))
 }
 
 /// The node's primary IP: an explicit override, else the source address the

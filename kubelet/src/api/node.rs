@@ -288,11 +288,18 @@ impl NodeReporter {
             }
         };
         let not_ready_message = aggregate(not_ready);
+        // The eviction manager's conditions when it runs (with the
+        // configured thresholds and the transition period); otherwise the
+        // default thresholds read here.
+        let (memory_pressure, disk_pressure) = match self.health.state().pressure {
+            Some(p) => (p.memory, p.disk),
+            None => (m.memory_pressure(), m.disk_pressure()),
+        };
         // Reasons and messages as pkg/kubelet/nodestatus/setters.go writes them.
         let conditions = vec![
             condition(
                 "MemoryPressure",
-                m.memory_pressure(),
+                memory_pressure,
                 (
                     "KubeletHasInsufficientMemory",
                     "kubelet has insufficient memory available",
@@ -304,7 +311,7 @@ impl NodeReporter {
             ),
             condition(
                 "DiskPressure",
-                m.disk_pressure(),
+                disk_pressure,
                 ("KubeletHasDiskPressure", "kubelet has disk pressure"),
                 ("KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
             ),

@@ -4,12 +4,15 @@
 //! (pkg/kubelet/apis/config/validation/validation.go). What else a file
 //! written for the real kubelet may say is [`policy`]'s.
 use std::{
+    collections::BTreeMap,
     net::{IpAddr, Ipv4Addr},
     path::{Path, PathBuf},
     time::Duration,
 };
 
 use serde::Deserialize;
+
+use crate::eviction::EvictionConfig;
 
 mod policy;
 
@@ -56,6 +59,9 @@ pub struct Config {
     pub container_log_max_files: u32,
     /// How often log sizes are checked.
     pub container_log_monitor_interval: Duration,
+    /// Node-pressure eviction: `evictionHard` (the kubelet's defaults when
+    /// unset), `evictionSoft` with its grace periods, and the rest.
+    pub eviction: EvictionConfig,
     /// Fields the file sets that this kubelet accepts but does not act on,
     /// for one warning each at start.
     pub ignored: Vec<Ignored>,
@@ -205,6 +211,9 @@ pub enum FieldError {
     },
     #[error("{field}: true is not supported: anonymous requests are always refused")]
     AnonymousAuth { field: &'static str },
+    /// An eviction threshold or one of its settings.
+    #[error("{field}: {message}")]
+    Eviction { field: String, message: String },
     /// A field of the real kubelet's that asks for what this one cannot do.
     #[error("{field}: {value} is not supported: {why}")]
     Unsupported {
@@ -245,6 +254,12 @@ struct Raw {
     container_log_max_size: Option<String>,
     container_log_max_files: Option<i64>,
     container_log_monitor_interval: Option<String>,
+    eviction_hard: Option<BTreeMap<String, String>>,
+    eviction_soft: Option<BTreeMap<String, String>>,
+    eviction_soft_grace_period: Option<BTreeMap<String, String>>,
+    eviction_pressure_transition_period: Option<String>,
+    eviction_max_pod_grace_period: Option<i64>,
+    merge_default_eviction_settings: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -385,6 +400,27 @@ fn validate(raw: Raw) -> Result<Config, Vec<FieldError>> {
         Duration::from_secs(20),
         &mut errs,
     );
+    let transition = duration(
+        "evictionPressureTransitionPeriod",
+        raw.eviction_pressure_transition_period,
+        Duration::from_secs(300),
+        &mut errs,
+    );
+    let eviction = crate::eviction::thresholds::parse(&crate::eviction::thresholds::Raw {
+        hard: raw.eviction_hard,
+        soft: raw.eviction_soft,
+        soft_grace_period: raw.eviction_soft_grace_period,
+        pressure_transition_period: Some(transition),
+        max_pod_grace_period: raw.eviction_max_pod_grace_period,
+        merge_defaults: raw.merge_default_eviction_settings,
+    })
+    .unwrap_or_else(|es| {
+        errs.extend(es.into_iter().map(|e| FieldError::Eviction {
+            field: e.field,
+            message: e.message,
+        }));
+        EvictionConfig::default()
+    });
     let sync_frequency = duration(
         "syncFrequency",
         raw.sync_frequency,
@@ -519,6 +555,7 @@ fn validate(raw: Raw) -> Result<Config, Vec<FieldError>> {
         static_pod_path: non_empty(raw.static_pod_path),
         file_check_frequency,
         sync_frequency,
+        eviction,
         cluster_dns,
         cluster_domain,
         resolv_conf: PathBuf::from(raw.resolv_conf.as_deref().unwrap_or("/etc/resolv.conf")),

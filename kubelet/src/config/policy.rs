@@ -48,6 +48,8 @@ const ZERO_IS_DEFAULT: &[(&str, Test)] = &[
     ("nodeStatusUpdateFrequency", zero_duration),
     ("authorization.webhook.cacheAuthorizedTTL", zero_duration),
     ("authorization.webhook.cacheUnauthorizedTTL", zero_duration),
+    ("evictionPressureTransitionPeriod", zero_duration),
+    ("evictionMaxPodGracePeriod", zero_number),
     ("port", zero_number),
     ("nodeLeaseDurationSeconds", zero_number),
     ("maxPods", zero_number),
@@ -64,8 +66,9 @@ const NO_RATE_LIMIT: &str = "API and registry rate limits are not applied";
 const NO_DEBUG: &str = "the debugging, profiling and log-query handlers are not served";
 const NO_GC: &str = "unused images are not garbage-collected";
 const NOT_HERE: &str = "not used by this kubelet";
-const NO_EVICTION: &str = "node-pressure eviction is not implemented: only thresholds of 0% \
-     (eviction off, as kind writes) are accepted";
+const NO_RECLAIM: &str =
+    "eviction stops once no threshold is met; no minimum beyond it is reclaimed";
+const NO_MEMCG: &str = "memory is observed every monitoring period, not on memcg notifications";
 const NO_ALLOCATABLE: &str = "node allocatable is not reduced by reservations: the scheduler would place pods on \
      resources this kubelet does not set aside";
 
@@ -222,13 +225,7 @@ const RULES: &[(&str, Rule)] = &[
         "maxParallelImagePulls",
         Ignore("each pod's images are pulled by its own task"),
     ),
-    ("evictionHard", Only(all_zero_percent, NO_EVICTION)),
-    ("evictionSoft", Only(all_zero_percent, NO_EVICTION)),
-    ("evictionSoftGracePeriod", Ignore(NO_EVICTION)),
-    ("evictionPressureTransitionPeriod", Ignore(NO_EVICTION)),
-    ("evictionMaxPodGracePeriod", Ignore(NO_EVICTION)),
-    ("evictionMinimumReclaim", Ignore(NO_EVICTION)),
-    ("mergeDefaultEvictionSettings", Ignore(NO_EVICTION)),
+    ("evictionMinimumReclaim", Ignore(NO_RECLAIM)),
     (
         "podsPerCore",
         Only(|v| v.as_i64() == Some(0), "maxPods alone bounds the pods"),
@@ -287,7 +284,7 @@ const RULES: &[(&str, Rule)] = &[
         "showHiddenMetricsForVersion",
         Ignore("no metrics are served"),
     ),
-    ("kernelMemcgNotification", Ignore(NO_EVICTION)),
+    ("kernelMemcgNotification", Ignore(NO_MEMCG)),
     (
         "shutdownGracePeriod",
         Only(zero_duration, "graceful node shutdown is not implemented"),
@@ -426,12 +423,6 @@ fn zero_number(v: &Value) -> bool {
 
 fn empty_string(v: &Value) -> bool {
     v.as_str() == Some("")
-}
-
-/// Eviction thresholds that can never trigger: `{memory.available: "0%", ...}`.
-fn all_zero_percent(v: &Value) -> bool {
-    v.as_object()
-        .is_some_and(|m| m.values().all(|x| matches!(x.as_str(), Some("0%" | "0"))))
 }
 
 #[cfg(test)]

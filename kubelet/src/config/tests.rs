@@ -323,7 +323,6 @@ fn kubeadms_file_loads_with_one_warning_per_field_not_acted_on() {
             "volumeStatsAggPeriod",
             "cpuManagerReconcilePeriod",
             "runtimeRequestTimeout",
-            "evictionPressureTransitionPeriod",
             "memorySwap",
         ]
     );
@@ -337,13 +336,12 @@ fn kubeadms_file_loads_with_one_warning_per_field_not_acted_on() {
 fn settings_this_kubelet_cannot_honour_are_refused_with_the_reason() {
     let e = message(
         "cgroupDriver: systemd\ncpuManagerPolicy: static\nkubeReserved: {cpu: 100m}\n\
-         evictionHard: {memory.available: 100Mi}\nshutdownGracePeriod: 30s\n",
+         shutdownGracePeriod: 30s\n",
     );
     for (field, why) in [
         ("cgroupDriver: \"systemd\"", "SystemdCgroup = false"),
         ("cpuManagerPolicy: \"static\"", "not pinned"),
         ("kubeReserved: {\"cpu\":\"100m\"}", "allocatable"),
-        ("evictionHard", "eviction is not implemented"),
         ("shutdownGracePeriod", "graceful node shutdown"),
     ] {
         assert!(e.contains(field) && e.contains(why), "{field}, {why}: {e}");
@@ -355,6 +353,16 @@ fn settings_this_kubelet_cannot_honour_are_refused_with_the_reason() {
     )
     .unwrap();
     assert!(kind.ignored.is_empty(), "{:?}", kind.ignored);
+    // A given map replaces the defaults, so kind's turns eviction off.
+    assert!(kind.eviction.thresholds.is_empty());
+    assert!(
+        message("evictionHard: {memory.available: 100Mi, pid.available: 10%}")
+            .contains("evictionHard.pid.available: unsupported eviction signal")
+    );
+    assert!(
+        message("evictionSoft: {memory.available: 1Gi}")
+            .contains("evictionSoftGracePeriod.memory.available: a soft threshold needs")
+    );
     // A field no kubelet knows is still a typo.
     assert!(message("cgroupDrivers: cgroupfs").contains("unknown field `cgroupDrivers`"));
 }

@@ -373,6 +373,22 @@ impl Runtime for CriRuntime {
         call("RemoveImage", Some(self.timeout), c.remove_image(req)).await?;
         Ok(())
     }
+
+    async fn image_fs_mountpoint(&self) -> Result<Option<std::path::PathBuf>> {
+        let mut c = self.img();
+        let r = call(
+            "ImageFsInfo",
+            Some(self.timeout),
+            c.image_fs_info(pb::ImageFsInfoRequest {}),
+        )
+        .await?;
+        Ok(r.image_filesystems
+            .into_iter()
+            .filter_map(|f| f.fs_id)
+            .map(|id| id.mountpoint)
+            .find(|m| !m.is_empty())
+            .map(std::path::PathBuf::from))
+    }
 }
 
 #[cfg(test)]

@@ -500,6 +500,11 @@ impl Runtime for FakeRuntime {
         self.begin("RemoveImage")?.images.remove(image);
         Ok(())
     }
+
+    async fn image_fs_mountpoint(&self) -> Result<Option<std::path::PathBuf>> {
+        drop(self.begin("ImageFsInfo")?);
+        Ok(None)
+    }
 }
 
 fn fake_image(s: &State, image: &str) -> ImageInfo {

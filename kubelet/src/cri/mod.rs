@@ -93,4 +93,9 @@ pub trait Runtime: Send + Sync {
     fn pull_image(&self, image: &str) -> impl Future<Output = Result<String>> + Send;
     fn list_images(&self) -> impl Future<Output = Result<Vec<ImageInfo>>> + Send;
     fn remove_image(&self, image: &str) -> impl Future<Output = Result<()>> + Send;
+    /// Where the runtime keeps its images (`ImageFsInfo`): the first image
+    /// filesystem's mount point, `None` when it names none.
+    fn image_fs_mountpoint(
+        &self,
+    ) -> impl Future<Output = Result<Option<std::path::PathBuf>>> + Send;
 }

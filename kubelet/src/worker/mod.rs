@@ -40,6 +40,7 @@ use crate::{
 
 mod actions;
 mod atomic_writer;
+mod evicted;
 mod host_path;
 mod lifecycle;
 mod log_rotation;
@@ -138,6 +139,8 @@ pub struct View {
 #[derive(Clone)]
 struct ViewEntry {
     pod: Pod,
+    /// From a static pod file: never evicted (the kubelet's critical pods).
+    static_pod: bool,
     /// By container name.
     containers: BTreeMap<String, ContainerRef>,
     /// The Ready sandbox's id.
@@ -153,6 +156,7 @@ impl View {
         &self,
         uid: &str,
         pod: Pod,
+        static_pod: bool,
         containers: BTreeMap<String, ContainerRef>,
         sandbox: Option<String>,
     ) {
@@ -160,6 +164,7 @@ impl View {
             uid.to_owned(),
             ViewEntry {
                 pod,
+                static_pod,
                 containers,
                 sandbox,
             },
@@ -225,6 +230,7 @@ struct Shared<R> {
 /// A running worker. Dropping it stops the worker (not the pods).
 pub struct Worker {
     view: Arc<View>,
+    config: WorkerConfig,
     control: mpsc::UnboundedSender<Control>,
     manager: tokio::task::JoinHandle<()>,
 }
@@ -232,6 +238,28 @@ pub struct Worker {
 /// Requests to the manager besides pod events.
 enum Control {
     ReapOrphans,
+    Evict { uid: String, eviction: Eviction },
+}
+
+/// Why and how the eviction manager stops a pod for good.
+#[derive(Clone, Debug)]
+pub struct Eviction {
+    /// The status message and Event, as the kubelet words it.
+    pub message: String,
+    pub grace: Duration,
+}
+
+/// A running pod as the eviction manager ranks it.
+#[derive(Clone, Debug)]
+pub struct EvictionTarget {
+    pub pod: Pod,
+    /// Static pods are never evicted.
+    pub static_pod: bool,
+    /// Where the pod's local storage lives: its directory (emptyDir) and
+    /// its containers' logs.
+    pub dirs: Vec<PathBuf>,
+    /// The pod's cgroupfs path, for its memory use.
+    pub cgroup: Option<String>,
 }
 
 impl Worker {
@@ -246,7 +274,7 @@ impl Worker {
         let view = Arc::new(View::default());
         let shared = Arc::new(Shared {
             runtime,
-            config,
+            config: config.clone(),
             sink,
             view: view.clone(),
         });
@@ -254,6 +282,7 @@ impl Worker {
         let manager = tokio::spawn(manage(shared, events, control_rx));
         Self {
             view,
+            config,
             control,
             manager,
         }
@@ -281,6 +310,55 @@ impl Worker {
     pub fn view(&self) -> Arc<dyn PodsView> {
         self.view.clone()
     }
+
+    /// What the eviction manager needs of the worker.
+    pub fn eviction_handle(&self) -> EvictionHandle {
+        EvictionHandle {
+            view: self.view.clone(),
+            config: self.config.clone(),
+            control: self.control.clone(),
+        }
+    }
+}
+
+/// The pods as the eviction manager reads them, and the way to evict one.
+#[derive(Clone)]
+pub struct EvictionHandle {
+    view: Arc<View>,
+    config: WorkerConfig,
+    control: mpsc::UnboundedSender<Control>,
+}
+
+impl EvictionHandle {
+    /// The pods that run, with where their usage can be read.
+    pub fn eviction_targets(&self) -> Vec<EvictionTarget> {
+        let entries: Vec<ViewEntry> = self.view.lock().values().cloned().collect();
+        let cfg = &self.config;
+        entries
+            .into_iter()
+            .filter(|e| e.sandbox.is_some())
+            .filter_map(|e| {
+                let spec = crate::pod::PodSpec::from_api(&e.pod).ok()?;
+                let mut dirs: Vec<PathBuf> =
+                    pod_dir::pod_dir(cfg, &spec.uid).ok().into_iter().collect();
+                dirs.extend(spec::log_directory(cfg, &spec));
+                Some(EvictionTarget {
+                    cgroup: spec::pod_cgroup(cfg, &spec),
+                    static_pod: e.static_pod,
+                    pod: e.pod,
+                    dirs,
+                })
+            })
+            .collect()
+    }
+
+    /// Stops pod `uid` for good and reports it Failed with reason Evicted.
+    pub fn evict(&self, uid: &str, eviction: Eviction) {
+        let _ = self.control.send(Control::Evict {
+            uid: uid.to_owned(),
+            eviction,
+        });
+    }
 }
 
 impl Drop for Worker {
@@ -300,6 +378,8 @@ enum PodMsg {
     Remove {
         grace: Option<Duration>,
     },
+    /// Stop the pod's containers and report it evicted; it stays known.
+    Evict(Box<Eviction>),
 }
 
 struct PodHandle {
@@ -405,9 +485,16 @@ async fn manage<R: Runtime + 'static>(
                     }
                 }
             }
-            Some(Control::ReapOrphans) = control.recv() => {
-                tasks.spawn(reap_orphans(shared.clone(), live.clone()));
-            }
+            Some(c) = control.recv() => match c {
+                Control::ReapOrphans => {
+                    tasks.spawn(reap_orphans(shared.clone(), live.clone()));
+                }
+                Control::Evict { uid, eviction } => {
+                    if let Some(h) = pods.get(&uid).filter(|h| !h.removing) {
+                        let _ = h.tx.send(PodMsg::Evict(Box::new(eviction)));
+                    }
+                }
+            },
             Some(res) = tasks.join_next_with_id(), if !tasks.is_empty() => {
                 let (id, failed) = match &res {
                     Ok((id, ())) => (*id, false),

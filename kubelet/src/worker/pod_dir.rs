@@ -26,7 +26,7 @@ pub enum RemoveError {
 }
 
 /// `<pods_dir>/<uid>`.
-pub(super) fn pod_dir(cfg: &WorkerConfig, uid: &str) -> Result<PathBuf, PathError> {
+pub(crate) fn pod_dir(cfg: &WorkerConfig, uid: &str) -> Result<PathBuf, PathError> {
     Ok(cfg.pods_dir.join(safe_path::uid(uid)?))
 }
 

@@ -114,6 +114,8 @@ pub(super) struct PodTask<R> {
     /// The earliest a sync must run again besides the PLEG and the resync:
     /// a backoff's end, or a retry of something that failed.
     wake: Option<tokio::time::Instant>,
+    /// Set once node-pressure eviction stopped the pod: its status message.
+    pub(super) evicted: Option<String>,
 }
 
 impl<R: Runtime + 'static> PodTask<R> {
@@ -139,6 +141,7 @@ impl<R: Runtime + 'static> PodTask<R> {
             sandbox_error: None,
             state: None,
             wake: None,
+            evicted: None,
         }
     }
 
@@ -167,6 +170,10 @@ impl<R: Runtime + 'static> PodTask<R> {
                     }
                     Some(PodMsg::Relisted(state)) => {
                         self.relisted(*state);
+                        None
+                    }
+                    Some(PodMsg::Evict(e)) => {
+                        self.evict(*e).await;
                         None
                     }
                     Some(PodMsg::Remove { grace }) => {
@@ -375,7 +382,8 @@ impl<R: Runtime + 'static> PodTask<R> {
     async fn act(&mut self, spec: &PodSpec, snap: &Snapshot) -> Result<bool, CriError> {
         let rt = self.shared.runtime.clone();
         let now = Instant::now();
-        let actions = compute_pod_actions(spec, snap, api_terminal(&self.pod), &self.crash, now);
+        let done = api_terminal(&self.pod) || self.evicted.is_some();
+        let actions = compute_pod_actions(spec, snap, done, &self.crash, now);
         for b in &actions.back_off {
             self.waiting.insert(
                 b.name.clone(),
@@ -620,7 +628,10 @@ impl<R: Runtime + 'static> PodTask<R> {
 
     /// The status from a snapshot, published when it changed.
     pub(super) fn publish_snapshot(&mut self, spec: &PodSpec, snap: &Snapshot) {
-        let terminal = api_terminal(&self.pod) || finished(spec, snap) || spec.deleting;
+        let terminal = api_terminal(&self.pod)
+            || finished(spec, snap)
+            || spec.deleting
+            || self.evicted.is_some();
         self.publish_with(spec, snap, terminal);
     }
 
@@ -683,7 +694,10 @@ impl<R: Runtime + 'static> PodTask<R> {
             previous: self.last_status.as_ref().or(self.pod.status.as_ref()),
             now,
         };
-        let status = pod_status(&view);
+        let mut status = pod_status(&view);
+        if let Some(message) = &self.evicted {
+            super::evicted::evicted_status(&mut status, message, &now);
+        }
         let sandbox = snap
             .ready
             .as_ref()
@@ -704,6 +718,9 @@ impl<R: Runtime + 'static> PodTask<R> {
         }
         let mut pod = self.pod.clone();
         pod.status = Some(status);
-        self.shared.view.set(&self.uid, pod, refs, sandbox);
+        let static_pod = matches!(self.source, PodSource::File(_));
+        self.shared
+            .view
+            .set(&self.uid, pod, static_pod, refs, sandbox);
     }
 }

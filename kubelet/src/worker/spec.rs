@@ -156,6 +156,21 @@ pub fn log_directory(cfg: &WorkerConfig, spec: &PodSpec) -> Option<PathBuf> {
     crate::safe_path::join_name(&cfg.pod_log_dir, "pod log directory", &name).ok()
 }
 
+/// The pod's cgroupfs path, `<cgroup_root>[/burstable|/besteffort]/pod<uid>`.
+/// A UID from_api refuses leaves the cgroup to the runtime.
+pub fn pod_cgroup(cfg: &WorkerConfig, spec: &PodSpec) -> Option<String> {
+    let qos = match spec.qos_class() {
+        QosClass::Guaranteed => "",
+        QosClass::Burstable => "/burstable",
+        QosClass::BestEffort => "/besteffort",
+    };
+    let uid = crate::safe_path::uid(&spec.uid).ok()?;
+    Some(format!(
+        "{}{qos}/pod{uid}",
+        cfg.cgroup_root.trim_end_matches('/')
+    ))
+}
+
 pub fn sandbox_config(cfg: &WorkerConfig, spec: &PodSpec, attempt: u32) -> SandboxConfig {
     // An unreadable resolv.conf leaves the runtime to copy the node's own.
     let host_dns = (!cfg.resolv_conf.as_os_str().is_empty()).then(|| {
@@ -176,11 +191,6 @@ pub fn sandbox_config(cfg: &WorkerConfig, spec: &PodSpec, attempt: u32) -> Sandb
         String::new()
     } else {
         dns::hostname_and_domain(spec, cfg.cluster_domain.as_deref()).0
-    };
-    let qos = match spec.qos_class() {
-        QosClass::Guaranteed => String::new(),
-        QosClass::Burstable => "/burstable".into(),
-        QosClass::BestEffort => "/besteffort".into(),
     };
     let port_mappings = spec
         .all_containers()
@@ -211,10 +221,7 @@ pub fn sandbox_config(cfg: &WorkerConfig, spec: &PodSpec, attempt: u32) -> Sandb
         }),
         port_mappings,
         log_directory: log_directory(cfg, spec),
-        // A UID from_api refuses leaves the cgroup to the runtime.
-        cgroup_parent: crate::safe_path::uid(&spec.uid)
-            .ok()
-            .map(|uid| format!("{}{qos}/pod{uid}", cfg.cgroup_root.trim_end_matches('/'))),
+        cgroup_parent: pod_cgroup(cfg, spec),
         security: cri::SandboxSecurity {
             run_as_user: spec.security.run_as_user,
             run_as_group: spec.security.run_as_group,

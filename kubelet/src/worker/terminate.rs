@@ -67,7 +67,7 @@ impl<R: Runtime + 'static> PodTask<R> {
                                 g.map(|s| Duration::from_secs(u64::try_from(s).unwrap_or(0)))
                             }
                             Some(PodMsg::Remove { grace }) => grace,
-                            Some(PodMsg::Relisted(_)) => None,
+                            Some(PodMsg::Relisted(_) | PodMsg::Evict(_)) => None,
                             // The worker is going away: the pod stays as it is.
                             None => return,
                         };

@@ -21,6 +21,8 @@ const IMAGE: &str = "busybox:1.36";
 struct Sink {
     statuses: Mutex<Vec<PodStatus>>,
     terminated: Mutex<Vec<String>>,
+    /// (reason, message) of each Warning Event.
+    warnings: Mutex<Vec<(String, String)>>,
 }
 
 impl StatusSink for Sink {
@@ -30,6 +32,12 @@ impl StatusSink for Sink {
     fn terminated(&self, pod: &Pod, _: &PodSource) {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         self.terminated.lock().unwrap().push(uid);
+    }
+    fn warning(&self, _: &Pod, reason: &str, message: &str) {
+        self.warnings
+            .lock()
+            .unwrap()
+            .push((reason.to_owned(), message.to_owned()));
     }
 }
 

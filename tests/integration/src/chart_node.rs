@@ -114,10 +114,9 @@ impl ChartNode {
         let config = write_config(
             &ctrd,
             &ConfigOptions {
-                static_dir: None,
                 read_only_port: Some(READ_ONLY_PORT),
                 resolv_conf: Some(resolv_conf),
-                client_ca_file: None,
+                ..ConfigOptions::default()
             },
         )?;
         let kubelet = Kubelet::start(&ctrd, &config, Some(&kubeconfig), NODE)?;

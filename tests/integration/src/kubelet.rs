@@ -51,7 +51,18 @@ impl ApiNode {
     pub const API_PORT: u16 = 6443;
 
     pub fn start(node: &str, opts: &ConfigOptions) -> Result<Self> {
+        Self::start_with(node, opts, |_| Ok(()))
+    }
+
+    /// Like [`Self::start`], running `prepare` on containerd's node before
+    /// the kubelet starts (a tmpfs as its root directory, say).
+    pub fn start_with(
+        node: &str,
+        opts: &ConfigOptions,
+        prepare: impl FnOnce(&Containerd) -> Result<()>,
+    ) -> Result<Self> {
         let ctrd = Containerd::start()?;
+        prepare(&ctrd)?;
         let cluster = crate::api::Cluster::start()?;
         let relay =
             crate::api::Relay::start_in_netns(&ctrd.node, Self::API_PORT, cluster.server.addr())?;
@@ -82,6 +93,11 @@ pub struct ConfigOptions {
     /// `authentication.x509.clientCAFile`: the CA of the API server's
     /// kubelet client certificate, so that it may proxy logs and streams.
     pub client_ca_file: Option<PathBuf>,
+    /// The eviction settings, as YAML lines. `None` writes what kind does:
+    /// the default memory threshold and disk eviction off, because the
+    /// build machines' disks run fuller than the kubelet's 10% default;
+    /// disk eviction is tested on a tmpfs of its own.
+    pub eviction: Option<String>,
 }
 
 impl Kubelet {
@@ -334,6 +350,10 @@ address: 127.0.0.1
             file.display()
         ));
     }
+    text.push_str(opts.eviction.as_deref().unwrap_or(
+        "evictionHard: {memory.available: 100Mi, nodefs.available: \"0%\", \
+         nodefs.inodesFree: \"0%\", imagefs.available: \"0%\"}\n",
+    ));
     text.push_str(&format!(
         "fileCheckFrequency: 2s
 syncFrequency: 2s

@@ -257,3 +257,45 @@ async fn a_terminated_pod_is_not_started_again_by_its_own_final_delete() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     drop(worker);
 }
+
+#[tokio::test]
+async fn an_evicted_pod_stops_for_good_and_shows_why() {
+    let (rt, sink, mut t) = setup(pod("ev", json!({"containers": [c("c")]})));
+    step(&mut t).await;
+    assert_eq!(phase(&sink.last()), "Running");
+    let message = "The node was low on resource: ephemeral-storage. ";
+    t.evict(crate::worker::Eviction {
+        message: message.into(),
+        grace: Duration::ZERO,
+    })
+    .await;
+    for _ in 0..3 {
+        step(&mut t).await;
+    }
+    assert!(
+        rt.list_pod_sandboxes(&SandboxFilter::default())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(creates(&rt), 1, "never started again");
+    let s = sink.last();
+    assert_eq!(phase(&s), "Failed");
+    assert_eq!(s.reason.as_deref(), Some("Evicted"));
+    assert_eq!(s.message.as_deref(), Some(message));
+    let dt = s
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "DisruptionTarget")
+        .expect("DisruptionTarget");
+    assert_eq!(dt.reason.as_deref(), Some("TerminationByKubelet"));
+    assert_eq!(
+        *sink.warnings.lock().unwrap(),
+        [("Evicted".to_owned(), message.to_owned())]
+    );
+    assert!(
+        sink.terminated.lock().unwrap().is_empty(),
+        "the pod object stays"
+    );
+}
