@@ -120,10 +120,20 @@ async fn follow(f: &mut Follow, tx: &mpsc::Sender<io::Result<Bytes>>) -> io::Res
             _ => {}
         }
         if !running(f) {
-            // It may have written more between the read above and its exit.
-            file.read_to_end(&mut carry).await?;
-            send(f, tx, &carry[..records_end(&carry)]).await;
-            return Ok(());
+            // It may have written more between the read above and its exit:
+            // read on to the end, a chunk at a time as above, so that what
+            // is held stays bounded; its last partial line goes out too.
+            loop {
+                let n = file.read(&mut buf).await?;
+                if n == 0 {
+                    return Ok(());
+                }
+                carry.extend_from_slice(&buf[..n]);
+                let cut = records_end(&carry);
+                if !send(f, tx, carry.drain(..cut).as_slice()).await {
+                    return Ok(());
+                }
+            }
         }
         tokio::select! {
             () = tokio::time::sleep(POLL) => {}

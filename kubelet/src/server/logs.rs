@@ -31,6 +31,9 @@ pub(super) struct LogOptions {
     pub follow: bool,
     /// The previous instance's log (the one before a restart).
     pub previous: bool,
+    /// Only lines written at or after this time (`sinceTime`, or now less
+    /// `sinceSeconds`), as the kubelet's `ReadLogs` compares each record.
+    pub since: Option<k8s_openapi::jiff::Timestamp>,
 }
 
 /// A query parameter this endpoint cannot honour.
@@ -45,9 +48,15 @@ pub(super) enum QueryError {
 }
 
 impl LogOptions {
-    /// Parameters the kubelet knows but this one does not honour
-    /// (`sinceSeconds`, `sinceTime`) are ignored: the whole log is shown.
+    /// The query as the kubelet reads it; `now` anchors `sinceSeconds`.
     pub fn from_query(query: Option<&str>) -> Result<Self, QueryError> {
+        Self::from_query_at(query, k8s_openapi::jiff::Timestamp::now())
+    }
+
+    pub fn from_query_at(
+        query: Option<&str>,
+        now: k8s_openapi::jiff::Timestamp,
+    ) -> Result<Self, QueryError> {
         let mut opts = LogOptions::default();
         for pair in query
             .unwrap_or_default()
@@ -78,12 +87,57 @@ impl LogOptions {
                     );
                 }
                 "previous" => opts.previous = parse_bool("previous", value)?,
+                "sinceSeconds" => {
+                    let secs: i64 = value.parse().ok().filter(|&n| n > 0).ok_or_else(|| {
+                        QueryError::Invalid {
+                            name: "sinceSeconds",
+                            value: value.to_owned(),
+                            expected: "a positive integer",
+                        }
+                    })?;
+                    opts.since = now
+                        .checked_sub(k8s_openapi::jiff::SignedDuration::from_secs(secs))
+                        .ok();
+                }
+                "sinceTime" => {
+                    let text = percent_decode(value);
+                    opts.since = Some(text.parse().map_err(|_| QueryError::Invalid {
+                        name: "sinceTime",
+                        value: text.clone(),
+                        expected: "an RFC 3339 time",
+                    })?);
+                }
                 "follow" => opts.follow = parse_bool("follow", value)?,
                 _ => {}
             }
         }
         Ok(opts)
     }
+}
+
+/// `%XX` escapes (`+` and `:` arrive escaped in `sinceTime`).
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        match (
+            b[i],
+            b.get(i + 1).copied().and_then(hex),
+            b.get(i + 2).copied().and_then(hex),
+        ) {
+            (b'%', Some(h), Some(l)) => {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+            }
+            (c, ..) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Go's strconv.ParseBool, which the kubelet's query decoding uses.
@@ -223,6 +277,18 @@ pub(super) fn to_plain(file: &[u8], opts: &LogOptions) -> Vec<u8> {
         };
     }
 
+    if let Some(since) = opts.since {
+        // A line counts from its first chunk, so no half line is shown (the
+        // kubelet compares each chunk). A timestamp that does not parse is
+        // kept: a line is not dropped for it.
+        let before = |l: &Line<'_>| {
+            std::str::from_utf8(l.timestamp)
+                .ok()
+                .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
+                .is_some_and(|t| t < since)
+        };
+        lines.retain(|l| !before(l));
+    }
     let skip = opts.tail_lines.map_or(0, |n| lines.len().saturating_sub(n));
     let last = lines.len().saturating_sub(1);
     let mut out = Vec::new();
@@ -353,6 +419,27 @@ not a cri line
     }
 
     #[test]
+    fn since_drops_lines_written_before_and_combines_with_tail() {
+        let now: k8s_openapi::jiff::Timestamp = "2024-01-02T03:04:10Z".parse().unwrap();
+        let at = |q: &str| LogOptions::from_query_at(Some(q), now).unwrap();
+        // From 03:04:07: "oops" on; "second line" began before it, and a
+        // line counts from its first chunk, so none of it is shown (the
+        // kubelet compares each chunk and would print its tail "ond line").
+        assert_eq!(
+            plain(FILE, &at("sinceTime=2024-01-02T03%3A04%3A07Z")),
+            "oops\n\nwith  two  spaces\n"
+        );
+        assert_eq!(plain(FILE, &at("sinceSeconds=1")), "\nwith  two  spaces\n");
+        assert_eq!(
+            plain(FILE, &at("sinceSeconds=3&tailLines=1")),
+            "with  two  spaces\n"
+        );
+        for bad in ["sinceSeconds=0", "sinceSeconds=x", "sinceTime=yesterday"] {
+            assert!(LogOptions::from_query_at(Some(bad), now).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
     fn limit_bytes_reads_from_the_start_and_cuts() {
         let file = big_file(200_000);
         let opts = LogOptions {
@@ -387,7 +474,7 @@ not a cri line
                 timestamps: true,
                 limit_bytes: None,
                 follow: true,
-                previous: false,
+                ..LogOptions::default()
             })
         );
         assert_eq!(

@@ -308,6 +308,7 @@ fn kubectl_exec_attach_port_forward_and_logs_reach_containers() -> Result<()> {
 
     port_forward(&env)?;
     logs_follow(&env)?;
+    logs_since(&env)?;
     logs_previous(&env)?;
     Ok(())
 }
@@ -395,6 +396,32 @@ fn logs_follow(env: &Env) -> Result<()> {
     ensure!(
         spread >= Duration::from_millis(1200),
         "arrived at once: {spread:?}"
+    );
+    Ok(())
+}
+
+/// `kubectl logs --since`: only what the last seconds brought (the ticker
+/// writes every 0.3 s and has run for at least 6 s).
+fn logs_since(env: &Env) -> Result<()> {
+    let count = |args: &[&str]| -> Result<usize> {
+        let out = env.run(args, None)?;
+        ensure!(out.status.success(), "kubectl {}", args.join(" "));
+        Ok(String::from_utf8_lossy(&out.stdout).lines().count())
+    };
+    // Enough history that "the last 2 s" is a small part of it.
+    let mut all = count(&["logs", "web", "-c", "ticker"])?;
+    for _ in 0..40 {
+        if all >= 20 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        all = count(&["logs", "web", "-c", "ticker"])?;
+    }
+    let recent = count(&["logs", "web", "-c", "ticker", "--since=2s"])?;
+    println!("logs: {all} lines in all, {recent} in the last 2 s");
+    ensure!(
+        (3..=10).contains(&recent) && all > recent + 5,
+        "{recent} of {all}"
     );
     Ok(())
 }
