@@ -102,6 +102,28 @@ fn packet_datapath_values_render_as_flags() {
     );
 }
 
+/// `memlockCapability: false` takes SYS_RESOURCE away and nothing else,
+/// with or without pod UDP socket termination.
+#[test]
+fn memlock_capability_only_narrows() {
+    for extra in [&[][..], &["--set", "terminatePodUdpSockets=false"]] {
+        let mut args = vec!["--set", "memlockCapability=false"];
+        args.extend_from_slice(extra);
+        let r = render_ok(&args);
+        r.check_all_typed();
+        let (add, drop) = caps(&r.agent());
+        let full = if extra.is_empty() {
+            AGENT_CAPS
+        } else {
+            AGENT_CAPS_MINIMAL
+        };
+        let mut want = set(full);
+        want.remove("SYS_RESOURCE");
+        assert_eq!(add, want, "{args:?}");
+        assert_eq!(drop, ["ALL"]);
+    }
+}
+
 /// `terminatePodUdpSockets: false`: the agent keeps exactly its four
 /// capabilities, no host /proc, no --proc-root.
 #[test]
