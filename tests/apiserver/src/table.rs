@@ -90,7 +90,20 @@ fn columns(res: &'static ResourceDef) -> Vec<Value> {
             age,
         ],
         ("", "namespaces") => vec![name, col("Status", "string", "", 0), age],
-        ("", "nodes") => vec![name, col("Status", "string", "", 0), age],
+        // Upstream's node printer: roles from node-role labels, wide adds
+        // the addresses and nodeInfo.
+        ("", "nodes") => vec![
+            name,
+            col("Status", "string", "", 0),
+            col("Roles", "string", "", 0),
+            age,
+            col("Version", "string", "", 0),
+            col("Internal-IP", "string", "", 1),
+            col("External-IP", "string", "", 1),
+            col("OS-Image", "string", "", 1),
+            col("Kernel-Version", "string", "", 1),
+            col("Container-Runtime", "string", "", 1),
+        ],
         ("", "configmaps") => vec![name, col("Data", "integer", "", 0), age],
         ("", "secrets") => vec![
             name,
@@ -164,6 +177,81 @@ fn s<'a>(obj: &'a Value, ptr: &str) -> &'a str {
     obj.pointer(ptr).and_then(Value::as_str).unwrap_or_default()
 }
 
+/// kubectl's STATUS of a pod, as upstream's printPod derives it: the
+/// phase (or status.reason), then the first unfinished init container's
+/// state, else the last container with a waiting or terminated reason
+/// (ImagePullBackOff, CrashLoopBackOff, Completed, Error, …); Terminating
+/// once deleted.
+fn pod_status(obj: &Value) -> String {
+    let list = |p: &str| {
+        obj.pointer(p)
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let exit = |t: &Value| -> String {
+        match t["signal"].as_i64().filter(|s| *s != 0) {
+            Some(sig) => format!("Signal:{sig}"),
+            None => format!("ExitCode:{}", t["exitCode"].as_i64().unwrap_or(0)),
+        }
+    };
+    let mut reason = match s(obj, "/status/reason") {
+        "" => s(obj, "/status/phase").to_owned(),
+        r => r.to_owned(),
+    };
+    let inits = list("/status/initContainerStatuses");
+    let total_inits = list("/spec/initContainers").len();
+    let mut initializing = false;
+    for (i, c) in inits.iter().enumerate() {
+        let (t, w) = (&c["state"]["terminated"], &c["state"]["waiting"]);
+        if t.is_object() && t["exitCode"].as_i64() == Some(0) {
+            continue;
+        }
+        initializing = true;
+        reason = if t.is_object() {
+            match t["reason"].as_str().filter(|r| !r.is_empty()) {
+                Some(r) => format!("Init:{r}"),
+                None => format!("Init:{}", exit(t)),
+            }
+        } else {
+            match w["reason"].as_str() {
+                Some(r) if !r.is_empty() && r != "PodInitializing" => format!("Init:{r}"),
+                _ => format!("Init:{i}/{total_inits}"),
+            }
+        };
+        break;
+    }
+    if !initializing {
+        let mut running = false;
+        for c in list("/status/containerStatuses").iter().rev() {
+            let (t, w) = (&c["state"]["terminated"], &c["state"]["waiting"]);
+            if let Some(r) = w["reason"].as_str().filter(|r| !r.is_empty()) {
+                reason = r.to_owned();
+            } else if let Some(r) = t["reason"].as_str().filter(|r| !r.is_empty()) {
+                reason = r.to_owned();
+            } else if t.is_object() {
+                reason = exit(t);
+            } else if c["ready"] == json!(true) && c["state"]["running"].is_object() {
+                running = true;
+            }
+        }
+        if reason == "Completed" && running {
+            reason = "Running".to_owned();
+        }
+    }
+    if !obj
+        .pointer("/metadata/deletionTimestamp")
+        .is_none_or(Value::is_null)
+    {
+        reason = if s(obj, "/status/reason") == "NodeLost" {
+            "Unknown".to_owned()
+        } else {
+            "Terminating".to_owned()
+        };
+    }
+    reason
+}
+
 fn or_none(v: String) -> String {
     if v.is_empty() { "<none>".into() } else { v }
 }
@@ -189,14 +277,7 @@ fn cells(res: &'static ResourceDef, obj: &Value) -> Vec<Value> {
                 .iter()
                 .filter_map(|c| c["restartCount"].as_i64())
                 .sum();
-            let status = if !obj
-                .pointer("/metadata/deletionTimestamp")
-                .is_none_or(Value::is_null)
-            {
-                "Terminating".to_string()
-            } else {
-                s(obj, "/status/phase").to_string()
-            };
+            let status = pod_status(obj);
             vec![
                 name,
                 json!(format!("{ready}/{total}")),
@@ -239,10 +320,49 @@ fn cells(res: &'static ResourceDef, obj: &Value) -> Vec<Value> {
         }
         ("", "namespaces") => vec![name, json!(s(obj, "/status/phase")), age],
         ("", "nodes") => {
-            let ready = arr("/status/conditions")
+            let mut status = match arr("/status/conditions")
                 .iter()
-                .any(|c| c["type"] == "Ready" && c["status"] == "True");
-            vec![name, json!(if ready { "Ready" } else { "NotReady" }), age]
+                .find(|c| c["type"] == "Ready")
+                .and_then(|c| c["status"].as_str())
+            {
+                Some("True") => "Ready",
+                Some("False") => "NotReady",
+                _ => "Unknown",
+            }
+            .to_owned();
+            if obj.pointer("/spec/unschedulable") == Some(&json!(true)) {
+                status.push_str(",SchedulingDisabled");
+            }
+            let mut roles: Vec<&str> = obj["metadata"]["labels"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .filter_map(|(k, _)| k.strip_prefix("node-role.kubernetes.io/"))
+                .filter(|r| !r.is_empty())
+                .collect();
+            roles.sort_unstable();
+            let address = |kind: &str| {
+                arr("/status/addresses")
+                    .iter()
+                    .find(|a| a["type"] == kind)
+                    .and_then(|a| a["address"].as_str())
+                    .unwrap_or("<none>")
+                    .to_owned()
+            };
+            vec![
+                name,
+                json!(status),
+                json!(or_none(roles.join(","))),
+                age,
+                json!(s(obj, "/status/nodeInfo/kubeletVersion")),
+                json!(address("InternalIP")),
+                json!(address("ExternalIP")),
+                json!(or_none(s(obj, "/status/nodeInfo/osImage").into())),
+                json!(or_none(s(obj, "/status/nodeInfo/kernelVersion").into())),
+                json!(or_none(
+                    s(obj, "/status/nodeInfo/containerRuntimeVersion").into()
+                )),
+            ]
         }
         ("", "configmaps") => {
             let n = obj["data"].as_object().map_or(0, |m| m.len())
@@ -449,5 +569,55 @@ pub fn age(created: &str) -> String {
         _ if h < 192 => format!("{d}d{}h", h % 24),
         _ if d < 730 => format!("{d}d"),
         _ => format!("{}y{}d", d / 365, d % 365),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::pod_status;
+
+    #[test]
+    fn pod_status_follows_upstreams_printer() {
+        let waiting = |r: &str| json!({"state": {"waiting": {"reason": r}}});
+        let cases = [
+            (json!({"status": {"phase": "Pending"}}), "Pending"),
+            (
+                json!({"status": {"phase": "Pending",
+                                  "containerStatuses": [waiting("ImagePullBackOff")]}}),
+                "ImagePullBackOff",
+            ),
+            (
+                json!({"status": {"phase": "Running", "containerStatuses": [
+                    {"ready": true, "state": {"running": {}}},
+                    waiting("CrashLoopBackOff")]}}),
+                "CrashLoopBackOff",
+            ),
+            (
+                json!({"spec": {"initContainers": [{}, {}]},
+                       "status": {"phase": "Pending", "initContainerStatuses": [
+                           {"state": {"terminated": {"exitCode": 0}}},
+                           {"state": {"running": {}}}]}}),
+                "Init:1/2",
+            ),
+            (
+                json!({"status": {"phase": "Failed", "containerStatuses": [
+                    {"state": {"terminated": {"exitCode": 137, "signal": 9}}}]}}),
+                "Signal:9",
+            ),
+            (
+                json!({"status": {"phase": "Failed", "reason": "Evicted"}}),
+                "Evicted",
+            ),
+            (
+                json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"},
+                       "status": {"phase": "Running"}}),
+                "Terminating",
+            ),
+        ];
+        for (pod, want) in cases {
+            assert_eq!(pod_status(&pod), want, "{pod}");
+        }
     }
 }

@@ -551,6 +551,32 @@ async fn kubectl_drain_evicts_within_the_disruption_budget() {
     );
     let node = json(&ok(&server, &["get", "node", "n1", "-o", "json"]).await);
     assert_eq!(node["spec"]["unschedulable"], true);
+    // Upstream's node printer: the cordon shows in STATUS; wide adds the
+    // addresses and nodeInfo columns.
+    let table = ok(&server, &["get", "nodes", "-o", "wide"]).await;
+    let header: Vec<&str> = table
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        header,
+        [
+            "NAME",
+            "STATUS",
+            "ROLES",
+            "AGE",
+            "VERSION",
+            "INTERNAL-IP",
+            "EXTERNAL-IP",
+            "OS-IMAGE",
+            "KERNEL-VERSION",
+            "CONTAINER-RUNTIME"
+        ],
+        "{table}"
+    );
+    assert!(table.contains(",SchedulingDisabled"), "{table}");
 
     // The controller would allow one more once the first is replaced.
     allow_one().await;
