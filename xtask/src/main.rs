@@ -28,9 +28,13 @@ struct Cli {
 enum Command {
     /// Install everything the build and tests need (idempotent; run as root on Debian).
     Setup,
-    /// Build Weir and show a ClusterIP load balanced across backends in a throwaway
-    /// namespace topology.
+    /// Build Weir and run the whole system on this machine: a two-node cluster
+    /// (weir-kubelet on containerd, weir-agent from the Helm chart), a Deployment
+    /// scaled from 3 to 5 replicas and its traffic spreading.
     Demo,
+    /// Build Weir and show a ClusterIP load balanced across backends in a throwaway
+    /// namespace topology, then the per-packet datapath.
+    DemoDatapath,
     /// Build Weir and run weir-kubelet standalone on a private containerd: a static
     /// pod Running with its IP, then reached through a ClusterIP.
     DemoKubelet,
@@ -63,6 +67,14 @@ enum Command {
         #[arg(long, default_value_t = 60)]
         secs: u64,
     },
+    /// A whole cluster on this machine: `cargo xtask cluster up [--nodes N]
+    /// [--kubeconfig FILE]`, `down`, `status` (`cargo xtask cluster --help`).
+    #[command(disable_help_flag = true)]
+    Cluster {
+        /// Passed to `weir-lab cluster`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// Run formatting and lint checks, unit tests, a short run of every fuzz
     /// target and the privileged integration tests.
     Test {
@@ -78,6 +90,10 @@ fn main() -> anyhow::Result<()> {
         Command::Demo => {
             setup::run()?;
             util::lab(&["demo"])
+        }
+        Command::DemoDatapath => {
+            setup::run()?;
+            util::lab(&["demo-datapath"])
         }
         Command::DemoKubelet => {
             setup::run()?;
@@ -103,6 +119,16 @@ fn main() -> anyhow::Result<()> {
             setup::run()?;
             let out = std::path::absolute(out)?;
             util::lab(&["images".as_ref(), "--out".as_ref(), out.as_os_str()])
+        }
+        Command::Cluster { args } => {
+            // `up` builds images and starts containerd: it needs what setup
+            // installs; `down` and `status` must work even if setup cannot.
+            if args.first().is_some_and(|a| a == "up") {
+                setup::run()?;
+            }
+            let mut all = vec!["cluster".to_owned()];
+            all.extend(args);
+            util::lab(&all)
         }
         Command::HelmTemplate(args) => helm::run(args),
         Command::DevApiserver(args) => dev_apiserver::run(args),

@@ -40,7 +40,7 @@ pub const NODE: &str = "node-chart";
 /// a reboot when no cluster DNS ClusterIP works yet.
 pub const API_NAME: &str = "apiserver.weir.test";
 pub const NAMESPACE: &str = "kube-system";
-const API_PORT: u16 = 6443;
+pub const API_PORT: u16 = 6443;
 /// What the web pod answers, and the client's readiness probe expects.
 pub const WEB_TEXT: &str = "served-by-web";
 
@@ -103,26 +103,16 @@ impl ChartNode {
         ctrd.share_host_dir(&bpffs.dir)?;
         ctrd.share_host_dir(&cgroup)?;
         let cluster = Cluster::start_with_names(&[API_NAME])?;
-        let relay = Relay::start_in_netns(&ctrd.node, API_PORT, cluster.server.addr())?;
-        let kubeconfig = cluster.kubeconfig_via(
-            &format!("https://127.0.0.1:{API_PORT}"),
-            &ctrd.dir.join("kubeconfig"),
-        )?;
-        let dns = node_resolver(&ctrd)?;
-        let resolv_conf = ctrd.dir.join("node-resolv.conf");
-        std::fs::write(&resolv_conf, "nameserver 127.0.0.1\n")?;
-        let config = write_config(
-            &ctrd,
-            &ConfigOptions {
-                read_only_port: Some(READ_ONLY_PORT),
-                resolv_conf: Some(resolv_conf),
-                ..ConfigOptions::default()
-            },
-        )?;
+        let NodeWiring {
+            to_api,
+            dns,
+            kubeconfig,
+            config,
+        } = NodeWiring::new(&ctrd, &cluster, None)?;
         let kubelet = Kubelet::start(&ctrd, &config, Some(&kubeconfig), NODE)?;
         Ok(Self {
             kubelet,
-            _relay: relay,
+            _relay: to_api,
             _dns: dns,
             cluster,
             ctrd,
@@ -376,10 +366,50 @@ impl ChartNode {
     }
 }
 
+/// What an API-mode node needs before its kubelet starts: the relay to the
+/// API server at `127.0.0.1:6443` of the node namespace, a kubeconfig for
+/// it, the node's resolver (which knows [`API_NAME`]) and the kubelet's
+/// config, with `client_ca` as its client CA if the API server is to reach
+/// the kubelet (logs, exec).
+pub struct NodeWiring {
+    pub to_api: Relay,
+    pub dns: ChildGuard,
+    pub kubeconfig: PathBuf,
+    pub config: PathBuf,
+}
+
+impl NodeWiring {
+    pub fn new(ctrd: &Containerd, cluster: &Cluster, client_ca: Option<PathBuf>) -> Result<Self> {
+        let to_api = Relay::start_in_netns(&ctrd.node, API_PORT, cluster.server.addr())?;
+        let kubeconfig = cluster.kubeconfig_via(
+            &format!("https://127.0.0.1:{API_PORT}"),
+            &ctrd.dir.join("kubeconfig"),
+        )?;
+        let dns = node_resolver(&ctrd.node)?;
+        let resolv_conf = ctrd.dir.join("node-resolv.conf");
+        std::fs::write(&resolv_conf, "nameserver 127.0.0.1\n")?;
+        let config = write_config(
+            ctrd,
+            &ConfigOptions {
+                read_only_port: Some(READ_ONLY_PORT),
+                resolv_conf: Some(resolv_conf),
+                client_ca_file: client_ca,
+                ..ConfigOptions::default()
+            },
+        )?;
+        Ok(Self {
+            to_api,
+            dns,
+            kubeconfig,
+            config,
+        })
+    }
+}
+
 /// dnsmasq on the node namespace's loopback: the node's resolver, which
 /// knows [`API_NAME`] and nothing else.
-fn node_resolver(ctrd: &Containerd) -> Result<ChildGuard> {
-    let mut cmd = ctrd.node.command(std::path::Path::new("dnsmasq"));
+pub fn node_resolver(node: &crate::topology::Netns) -> Result<ChildGuard> {
+    let mut cmd = node.command(std::path::Path::new("dnsmasq"));
     cmd.args([
         "--keep-in-foreground",
         "--conf-file=/dev/null",
@@ -394,8 +424,7 @@ fn node_resolver(ctrd: &Containerd) -> Result<ChildGuard> {
     .stderr(std::process::Stdio::null());
     let guard = ChildGuard(cmd.spawn().context("dnsmasq (dnsmasq-base)")?);
     for _ in 0..50 {
-        let out = ctrd
-            .node
+        let out = node
             .command(std::path::Path::new("dig"))
             .args(["+short", "+time=1", "+tries=1", "@127.0.0.1", API_NAME])
             .output()?;
@@ -409,7 +438,7 @@ fn node_resolver(ctrd: &Containerd) -> Result<ChildGuard> {
 
 /// The pods' cgroup parent in the cgroup2 hierarchy, where the chart's
 /// socket programs attach: they see this node's pods and nothing else.
-fn pods_cgroup(ctrd: &Containerd) -> Result<PathBuf> {
+pub fn pods_cgroup(ctrd: &Containerd) -> Result<PathBuf> {
     Ok(cgroup2_root()?.join(ctrd.cgroup_parent().trim_start_matches('/')))
 }
 

@@ -38,10 +38,28 @@ use crate::{
     topology::{DIR_PREFIX, NETNS_PREFIX, Netns, unique_id},
 };
 
-/// The pods' subnet, on a bridge in the node namespace.
+/// The pods' subnet, on a bridge in the node namespace, of a lone node.
 pub const POD_SUBNET: &str = "10.88.0.0/24";
 /// The bridge's address: the node side of every pod's default route.
 pub const POD_GATEWAY: std::net::Ipv4Addr = std::net::Ipv4Addr::new(10, 88, 0, 1);
+
+/// A node's pod network: `10.88.<index>.0/24` on its bridge, gateway `.1`.
+/// A lone node is index 0 ([`POD_SUBNET`], [`POD_GATEWAY`]); the nodes of a
+/// [`crate::cluster`] get one each, so their pods can route to each other.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PodNet {
+    pub index: u8,
+}
+
+impl PodNet {
+    pub fn subnet(self) -> String {
+        format!("10.88.{}.0/24", self.index)
+    }
+
+    pub fn gateway(self) -> std::net::Ipv4Addr {
+        std::net::Ipv4Addr::new(10, 88, self.index, 1)
+    }
+}
 pub const BRIDGE: &str = "weir-cni0";
 const CNI_BIN_DIR: &str = "/usr/lib/cni";
 /// Where libcni caches ADD results; containerd 1.6 offers no setting for it.
@@ -57,6 +75,8 @@ pub struct Containerd {
     pub snapshotter: &'static str,
     /// The node namespace containerd, the CNI bridge and its clients run in.
     pub node: Netns,
+    /// The pods' subnet and the bridge's address.
+    pub pod_net: PodNet,
     /// The node's init: PID 1 of the node's PID namespace (our pause), in
     /// the node's mount namespace, under `unshare --fork`.
     init: Option<Child>,
@@ -75,6 +95,11 @@ impl Containerd {
     /// containerd dies with the thread that calls this (PR_SET_PDEATHSIG): keep
     /// the guard on that thread, as a test's local.
     pub fn start() -> Result<Self> {
+        Self::start_on(PodNet::default())
+    }
+
+    /// Like [`Self::start`], its pods on `pod_net`.
+    pub fn start_on(pod_net: PodNet) -> Result<Self> {
         let id = unique_id("c");
         let dir = std::env::temp_dir().join(format!("{DIR_PREFIX}{id}"));
         std::fs::create_dir_all(dir.join("net.d"))?;
@@ -85,6 +110,7 @@ impl Containerd {
             id,
             dir,
             node,
+            pod_net,
             init: None,
             init_pid: 0,
             child: None,
@@ -95,7 +121,8 @@ impl Containerd {
         // one. The CNI bridge plugin adopts the bridge and its address.
         c.node.sh(&format!(
             "ip link set lo up && ip link add {BRIDGE} type bridge && \
-             ip addr add {POD_GATEWAY}/24 dev {BRIDGE} && ip link set {BRIDGE} up"
+             ip addr add {}/24 dev {BRIDGE} && ip link set {BRIDGE} up",
+            pod_net.gateway()
         ))?;
         c.share_kubelet_dir()?;
         std::fs::write(c.dir.join("config.toml"), c.config())?;
@@ -252,7 +279,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
                 "hairpinMode": true,
                 "ipam": {
                     "type": "host-local",
-                    "ranges": [[{"subnet": POD_SUBNET, "gateway": POD_GATEWAY.to_string()}]],
+                    "ranges": [[{"subnet": self.pod_net.subnet(),
+                                 "gateway": self.pod_net.gateway().to_string()}]],
                     "routes": [{"dst": "0.0.0.0/0"}],
                     // Its default is /var/lib/cni/networks.
                     "dataDir": self.dir.join("ipam"),

@@ -17,8 +17,6 @@ pub fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// `helm template weir helm/weir -n NAMESPACE -f VALUES`, parsed: one JSON
-/// value per rendered object.
 /// The venv's Python, which runs helm/template.py.
 pub fn python() -> PathBuf {
     std::env::var_os("WEIR_TOOLS_VENV")
@@ -26,7 +24,22 @@ pub fn python() -> PathBuf {
         .join("bin/python")
 }
 
+/// `helm template weir helm/weir -n NAMESPACE -f VALUES`, parsed: one JSON
+/// value per rendered object.
 pub fn template(namespace: &str, values: &Path) -> Result<Vec<Value>> {
+    let text = render(namespace, values)?;
+    text.split("\n---")
+        .map(|d| d.trim_start_matches("---"))
+        .filter(|d| {
+            d.lines()
+                .any(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        })
+        .map(|d| serde_saphyr::from_str::<Value>(d).context("parsing a rendered document"))
+        .collect()
+}
+
+/// `helm template` as it prints: the YAML stream `kubectl apply -f` takes.
+pub fn render(namespace: &str, values: &Path) -> Result<String> {
     let root = workspace_root();
     let out = Command::new(python())
         .arg(root.join("helm/template.py"))
@@ -41,15 +54,7 @@ pub fn template(namespace: &str, values: &Path) -> Result<Vec<Value>> {
         "helm template failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let text = String::from_utf8(out.stdout)?;
-    text.split("\n---")
-        .map(|d| d.trim_start_matches("---"))
-        .filter(|d| {
-            d.lines()
-                .any(|l| !l.trim().is_empty() && !l.starts_with('#'))
-        })
-        .map(|d| serde_saphyr::from_str::<Value>(d).context("parsing a rendered document"))
-        .collect()
+    Ok(String::from_utf8(out.stdout)?)
 }
 
 /// The one rendered object of `kind`.

@@ -14,11 +14,7 @@ use anyhow::{Context as _, Result, bail, ensure};
 use k8s_openapi::api::core::v1::Pod;
 use serde::Deserialize;
 
-use crate::{
-    bin,
-    containerd::{Containerd, POD_GATEWAY},
-    topology::ChildGuard,
-};
+use crate::{bin, containerd::Containerd, topology::ChildGuard};
 
 /// The read-only port the tests, the demo and the bench use: kubelet's usual one.
 pub const READ_ONLY_PORT: u16 = 10255;
@@ -32,6 +28,8 @@ pub struct Kubelet {
     netns: String,
     /// The node name it runs as (`--hostname-override`).
     pub node: String,
+    /// The Node's InternalIP, and the pod IP of its host-network pods.
+    pub node_ip: std::net::Ipv4Addr,
     read_only_port: Option<u16>,
 }
 
@@ -110,6 +108,18 @@ impl Kubelet {
         kubeconfig: Option<&Path>,
         node: &str,
     ) -> Result<Self> {
+        Self::start_at(ctrd, config, kubeconfig, node, ctrd.pod_net.gateway())
+    }
+
+    /// Like [`Self::start`], with `node_ip` as the node's address (a
+    /// cluster node's underlay address rather than its bridge's).
+    pub fn start_at(
+        ctrd: &Containerd,
+        config: &Path,
+        kubeconfig: Option<&Path>,
+        node: &str,
+        node_ip: std::net::Ipv4Addr,
+    ) -> Result<Self> {
         let dir = &ctrd.dir;
         let mut args = vec!["--config".into(), config.display().to_string()];
         if let Some(kc) = kubeconfig {
@@ -132,6 +142,7 @@ impl Kubelet {
             log: dir.join("kubelet.log"),
             netns: ctrd.node.path(),
             node: node.to_owned(),
+            node_ip,
             read_only_port: read_only_port_of(config),
         };
         k.spawn()?;
@@ -149,7 +160,7 @@ impl Kubelet {
         cmd.arg(format!("--net={}", self.netns))
             .arg(bin("weir-kubelet"))
             .args(&self.args)
-            .env("WEIR_KUBELET_NODE_IP", POD_GATEWAY.to_string())
+            .env("WEIR_KUBELET_NODE_IP", self.node_ip.to_string())
             .env("RUST_LOG", "info")
             .env("NO_COLOR", "1")
             .stdin(Stdio::null())
@@ -280,32 +291,20 @@ impl Kubelet {
     }
 }
 
-/// Polls `f` every 250 ms until it yields `Some`, failing after `within` with
-/// `f`'s last error and the tail of the kubelet's log. Errors are retried:
-/// an API call may fail while the thing awaited is still settling. The one
-/// `eventually` of the kubelet tests.
+/// [`crate::eventually`], failing with the tail of the kubelet's log too:
+/// the kubelet tests' one `eventually`.
 pub fn until<T>(
     kubelet: &Kubelet,
     what: &str,
     within: Duration,
-    mut f: impl FnMut() -> Result<Option<T>>,
+    f: impl FnMut() -> Result<Option<T>>,
 ) -> Result<T> {
-    let deadline = Instant::now() + within;
-    let mut last = String::new();
-    loop {
-        match f() {
-            Ok(Some(v)) => return Ok(v),
-            Ok(None) => {}
-            Err(e) => last = format!("{e:#}"),
-        }
-        if Instant::now() > deadline {
-            bail!(
-                "{what}: not within {within:?} (last error: {last})\nkubelet log tail:\n{}",
-                tail(&kubelet.log_text(), 60)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    }
+    crate::eventually(what, within, f).map_err(|e| {
+        anyhow::anyhow!(
+            "{e:#}\nkubelet log tail:\n{}",
+            tail(&kubelet.log_text(), 60)
+        )
+    })
 }
 
 /// The last `n` lines of a log.

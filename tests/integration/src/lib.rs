@@ -20,6 +20,7 @@ pub mod api;
 pub mod bench;
 pub mod chart_node;
 pub mod client_stream;
+pub mod cluster;
 pub mod containerd;
 pub mod debian_rootfs;
 pub mod helm;
@@ -96,4 +97,27 @@ pub fn bin(name: &str) -> PathBuf {
         PathBuf::from,
     );
     dir.join(name)
+}
+
+/// Polls `f` every 250 ms until it yields `Some`; fails after `within` with
+/// `f`'s last error. Errors are retried: a call may fail while what is
+/// awaited settles. The harness's one `eventually`.
+pub fn eventually<T>(
+    what: &str,
+    within: std::time::Duration,
+    mut f: impl FnMut() -> anyhow::Result<Option<T>>,
+) -> anyhow::Result<T> {
+    let deadline = std::time::Instant::now() + within;
+    let mut last = String::new();
+    loop {
+        match f() {
+            Ok(Some(v)) => return Ok(v),
+            Ok(None) => {}
+            Err(e) => last = format!("{e:#}"),
+        }
+        if std::time::Instant::now() > deadline {
+            anyhow::bail!("{what}: not within {within:?} (last error: {last})");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
 }

@@ -1,4 +1,4 @@
-//! `cargo xtask demo`: the main job. Makes a throwaway topology (a node
+//! `cargo xtask demo-datapath`: the datapath alone. Makes a throwaway topology (a node
 //! namespace and three backend namespaces), runs the agent on a sample
 //! manifests directory, shows requests through a ClusterIP landing on different
 //! backends, prints the pinned maps, scales the Service, and tears it all down.

@@ -5,7 +5,9 @@
 //! protoc) and live here. xtask runs setup, builds this binary with the agent
 //! and the kubelet, and runs it with `WEIR_BIN_DIR` pointing at them.
 mod bench;
+mod cluster;
 mod demo;
+mod demo_cluster;
 mod demo_kubelet;
 mod demo_packet;
 
@@ -25,9 +27,13 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// The whole system: a two-node cluster (weir-kubelet on containerd,
+    /// weir-agent from the chart), a Deployment scaled from 3 to 5 and the
+    /// traffic spreading.
+    Demo,
     /// A ClusterIP load balanced across backends in a throwaway namespace
     /// topology, then the per-packet datapath.
-    Demo,
+    DemoDatapath,
     /// weir-kubelet standalone on a private containerd: a static pod Running
     /// with its IP, then reached through a ClusterIP.
     DemoKubelet,
@@ -44,6 +50,12 @@ enum Command {
         #[arg(long, default_value = "target/images")]
         out: PathBuf,
     },
+    /// A whole cluster on this machine: the test API server and control
+    /// plane, N nodes running weir-kubelet, weir-agent from the chart.
+    Cluster {
+        #[command(subcommand)]
+        cmd: cluster::ClusterCmd,
+    },
     /// Remove what killed test and demo runs left behind (namespaces,
     /// containerds, mounts, cgroups, temp dirs).
     Sweep,
@@ -57,9 +69,11 @@ pub fn root() -> PathBuf {
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
-        Command::Demo => demo::run(),
+        Command::Demo => demo_cluster::run(),
+        Command::DemoDatapath => demo::run(),
         Command::DemoKubelet => demo_kubelet::run(),
         Command::Bench { bench } => bench::run(bench),
+        Command::Cluster { cmd } => cluster::run(cmd),
         Command::Images { out } => images(&out),
         Command::Sweep => {
             weir_integration::sweep::sweep();
