@@ -55,9 +55,12 @@ fn sa(ip: &str, port: u16) -> SocketAddr {
 
 /// The node's programs on `wext` (client side) and `wpod` (local pod side),
 /// with the agent that attached them.
+/// Fields drop in order: the agent first, which holds its lock file in the
+/// topology's bpffs; unmounting that under a live agent fails ("target is
+/// busy") and leaves the mount behind.
 struct Fixture {
-    topo: PacketTopology,
     agent: PacketAgent,
+    topo: PacketTopology,
 }
 
 impl Fixture {
