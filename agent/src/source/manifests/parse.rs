@@ -21,7 +21,7 @@ enum Kind {
 
 /// The object a document defines, by the id the store knows it by. Once the
 /// document converts, the id is the converted object's own (see
-/// [`ObjRef::sharing`]): the files' index then holds no copy of the name.
+/// [`Object::obj_ref`]): the files' index then holds no copy of the name.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(super) enum ObjRef {
     Service(ServiceId),
@@ -33,18 +33,6 @@ impl ObjRef {
         match kind {
             Kind::Service => Self::Service(ServiceId::new(namespace, name)),
             Kind::EndpointSlice => Self::EndpointSlice(SliceId::new(namespace, name)),
-        }
-    }
-
-    /// The same reference holding `obj`'s copy of the name, when `obj` is
-    /// the object it names.
-    fn sharing(self, obj: &Object) -> Self {
-        match (self, obj) {
-            (Self::Service(id), Object::Service(s)) if s.id == id => Self::Service(s.id.clone()),
-            (Self::EndpointSlice(id), Object::Slice(s)) if s.id == id => {
-                Self::EndpointSlice(s.id.clone())
-            }
-            (r, _) => r,
         }
     }
 }
@@ -60,12 +48,38 @@ impl fmt::Display for ObjRef {
 
 /// An object as one file defines it. Shared with the store, which keeps the
 /// same allocation (at 100k Services a second copy is most of the memory).
+/// Each knows its own id, so a file's list holds no [`ObjRef`] beside it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) enum Object {
     Service(Arc<ServiceSpec>),
     Slice(Arc<SliceSpec>),
     /// A valid slice the datapath does not use: defined, but contributes nothing.
-    IgnoredSlice,
+    IgnoredSlice(SliceId),
+}
+
+impl Object {
+    /// The reference the object is indexed by, holding the object's own
+    /// copy of its name.
+    pub fn obj_ref(&self) -> ObjRef {
+        match self {
+            Self::Service(s) => ObjRef::Service(s.id.clone()),
+            Self::Slice(s) => ObjRef::EndpointSlice(s.id.clone()),
+            Self::IgnoredSlice(id) => ObjRef::EndpointSlice(id.clone()),
+        }
+    }
+
+    /// `self.obj_ref().cmp(r)`, without taking a reference.
+    fn cmp_ref(&self, r: &ObjRef) -> std::cmp::Ordering {
+        use std::cmp::Ordering::{Greater, Less};
+        // ObjRef orders every Service before every EndpointSlice.
+        match (self, r) {
+            (Self::Service(s), ObjRef::Service(id)) => s.id.cmp(id),
+            (Self::Service(_), ObjRef::EndpointSlice(_)) => Less,
+            (Self::Slice(_) | Self::IgnoredSlice(_), ObjRef::Service(_)) => Greater,
+            (Self::Slice(s), ObjRef::EndpointSlice(id)) => s.id.cmp(id),
+            (Self::IgnoredSlice(own), ObjRef::EndpointSlice(id)) => own.cmp(id),
+        }
+    }
 }
 
 /// What is wrong with a file or with one object in it.
@@ -139,39 +153,39 @@ pub fn lite_agrees(text: &str) -> Result<(), String> {
     }
 }
 
-/// A file's objects, sorted by [`ObjRef`]. A sorted `Vec` rather than a
+/// A file's objects, sorted by [`ObjRef`]. A sorted slice rather than a
 /// `BTreeMap`: most files define two objects, and a B-tree node has room
 /// for eleven (kilobytes per file, at 100k files most of the source's
 /// memory).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(super) struct Objects(Vec<(ObjRef, Object)>);
+pub(super) struct Objects(Box<[Object]>);
 
 impl Objects {
     /// From objects in file order: a later definition of the same object in
     /// the same file wins, as it would with `kubectl apply` of the file.
-    fn from_file_order(mut v: Vec<(ObjRef, Object)>) -> Self {
+    fn from_file_order(mut v: Vec<Object>) -> Self {
         // Stable, so among equal refs the later one stays last.
-        v.sort_by(|a, b| a.0.cmp(&b.0));
-        let mut out: Vec<(ObjRef, Object)> = Vec::with_capacity(v.len());
-        for (r, o) in v {
+        v.sort_by(|a, b| a.cmp_ref(&b.obj_ref()));
+        let mut out: Vec<Object> = Vec::with_capacity(v.len());
+        for o in v {
             match out.last_mut() {
-                Some(last) if last.0 == r => last.1 = o,
-                _ => out.push((r, o)),
+                Some(last) if last.cmp_ref(&o.obj_ref()).is_eq() => *last = o,
+                _ => out.push(o),
             }
         }
-        out.shrink_to_fit();
-        Self(out)
+        Self(out.into_boxed_slice())
     }
 
     pub fn get(&self, r: &ObjRef) -> Option<&Object> {
         self.0
-            .binary_search_by(|(k, _)| k.cmp(r))
+            .binary_search_by(|o| o.cmp_ref(r))
             .ok()
-            .map(|i| &self.0[i].1)
+            .map(|i| &self.0[i])
     }
 
-    pub fn keys(&self) -> impl Iterator<Item = &ObjRef> {
-        self.0.iter().map(|(k, _)| k)
+    /// The objects' references, in order.
+    pub fn keys(&self) -> impl Iterator<Item = ObjRef> + '_ {
+        self.0.iter().map(Object::obj_ref)
     }
 
     pub fn len(&self) -> usize {
@@ -190,12 +204,12 @@ impl Objects {
         let here: Vec<ServiceId> = self
             .0
             .iter()
-            .filter_map(|(r, _)| match r {
-                ObjRef::Service(id) => Some(id.clone()),
-                ObjRef::EndpointSlice(_) => None,
+            .filter_map(|o| match o {
+                Object::Service(s) => Some(s.id.clone()),
+                Object::Slice(_) | Object::IgnoredSlice(_) => None,
             })
             .collect();
-        for (_, obj) in &mut self.0 {
+        for obj in &mut self.0 {
             let Object::Slice(slice) = obj else {
                 continue;
             };
@@ -280,13 +294,13 @@ pub(super) fn parse_file(path: &Path, previous: &Objects) -> Result<Parsed, Mani
             None => unreachable!("a supported kind always has a body"),
         };
         match converted {
-            Ok(obj) => objects.push((r.sharing(&obj), obj)),
+            Ok(obj) => objects.push(obj),
             Err(e) => {
                 out.had_errors = true;
                 match previous.get(&r) {
                     Some(prev) => {
                         error!(%file, object = %r, "invalid, keeping its previous version: {e}");
-                        objects.push((r, prev.clone()));
+                        objects.push(prev.clone());
                     }
                     None => error!(%file, object = %r, "invalid, skipped: {e}"),
                 }
@@ -386,8 +400,20 @@ fn yaml_error(e: serde_saphyr::Error) -> ManifestError {
 
 /// The file's text, refused before it is read when it is over the limit.
 fn read_bounded(path: &Path) -> Result<String, ManifestError> {
-    use std::io::Read as _;
-    let file = std::fs::File::open(path).map_err(ManifestError::Read)?;
+    use std::{io::Read as _, os::unix::fs::OpenOptionsExt as _};
+    // O_NOATIME: the first read of a file written since it was last read
+    // updates its access time, which at a cold start of 100k files was
+    // journal work for every one of them. Only the owner (or a process with
+    // CAP_FOWNER) may ask; anyone else opens the plain way.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOATIME)
+        .open(path)
+        .or_else(|e| match e.raw_os_error() {
+            Some(libc::EPERM) => std::fs::File::open(path),
+            _ => Err(e),
+        })
+        .map_err(ManifestError::Read)?;
     let size = file.metadata().map_err(ManifestError::Read)?.len();
     if size > MAX_MANIFEST_BYTES {
         return Err(ManifestError::TooLarge { size });
@@ -424,7 +450,10 @@ fn convert(body: Body, r: &ObjRef, path: &Path) -> Result<Object, ManifestError>
             }
             SliceOutcome::Ignored { reason } => {
                 warn!(%file, object = %r, "EndpointSlice skipped: {reason}");
-                Ok(Object::IgnoredSlice)
+                let ObjRef::EndpointSlice(id) = r else {
+                    unreachable!("a slice's body comes with a slice's reference")
+                };
+                Ok(Object::IgnoredSlice(id.clone()))
             }
         },
     }

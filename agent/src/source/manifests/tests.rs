@@ -605,13 +605,13 @@ fn the_index_shares_names_and_paths_with_what_it_indexes() {
         ObjRef::EndpointSlice(id) => id.name().as_ptr(),
     };
     for r in file.objects.keys() {
-        let own = match file.objects.get(r) {
+        let own = match file.objects.get(&r) {
             Some(Object::Service(s)) => s.id.name().as_ptr(),
             Some(Object::Slice(s)) => s.id.name().as_ptr(),
             other => panic!("{r}: {other:?}"),
         };
-        assert_eq!(name_of(r), own, "{r}: a copy of the name");
-        let (indexed, files) = md.defined_in.get_key_value(r).expect("indexed");
+        assert_eq!(name_of(&r), own, "{r}: a copy of the name");
+        let (indexed, files) = md.defined_in.get_key_value(&r).expect("indexed");
         assert_eq!(name_of(indexed), own, "{r}: the index copies it");
         assert!(
             Arc::ptr_eq(files.first().unwrap(), path),
@@ -633,7 +633,7 @@ fn the_index_shares_names_and_paths_with_what_it_indexes() {
     let slices: Vec<_> = md
         .files
         .values()
-        .flat_map(|f| f.objects.keys().filter_map(|r| f.objects.get(r)))
+        .flat_map(|f| f.objects.keys().filter_map(|r| f.objects.get(&r)))
         .filter_map(|o| match o {
             Object::Slice(s) => Some(s.service.clone()),
             _ => None,
