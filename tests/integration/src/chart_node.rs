@@ -124,7 +124,9 @@ impl ChartNode {
 
     /// The values every install here needs: the test's bpffs and cgroup, the
     /// kubeconfig (no service-account tokens yet), socket LB only (the node
-    /// has no external device). `extra` is merged over them.
+    /// has no external device), and no SYS_RESOURCE, which root here lacks
+    /// in its bounding set (this machine's limit, not the chart's) and runc
+    /// cannot grant. `extra` is merged over them.
     fn values(&self, extra: &Value) -> Result<PathBuf> {
         let cgroup = pods_cgroup(&self.ctrd)?;
         let mut v = json!({
@@ -133,6 +135,7 @@ impl ChartNode {
             "bpf": {"root": self.bpffs.dir},
             "cgroup": {"hostRoot": cgroup},
             "devices": [],
+            "memlockCapability": false,
             "extraArgs": ["--kubeconfig=/etc/weir/kubeconfig"],
             "extraVolumes": [{"name": "kubeconfig",
                               "hostPath": {"path": self.kubeconfig, "type": "File"}}],
@@ -443,21 +446,11 @@ pub fn pods_cgroup(ctrd: &Containerd) -> Result<PathBuf> {
 }
 
 /// What the DaemonSet controller does with the template: a pod bound to one
-/// node. Root here lacks CAP_SYS_RESOURCE in its bounding set (this
-/// machine's limit, not the chart's), and runc cannot grant what it does not
-/// hold, so that one capability is taken out; every other field runs as
-/// rendered.
+/// node, every field as rendered.
 pub fn pod_from_template(ds: &Value, name: &str) -> Result<Value> {
     let template = &ds["spec"]["template"];
     let mut spec = template["spec"].clone();
     spec["nodeName"] = json!(NODE);
-    for list in ["containers", "initContainers"] {
-        for c in spec[list].as_array_mut().into_iter().flatten() {
-            if let Some(add) = c["securityContext"]["capabilities"]["add"].as_array_mut() {
-                add.retain(|cap| cap != "SYS_RESOURCE");
-            }
-        }
-    }
     Ok(json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": NAMESPACE,

@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, ensure};
 use serde_json::json;
-use weir_integration::cluster::{
-    AGENT_NAMESPACE, LocalCluster, OUTSIDE_IP, Options, SAMPLE_IMAGE, SAMPLE_PORT,
+use weir_integration::{
+    cluster::{AGENT_NAMESPACE, LocalCluster, OUTSIDE_IP, Options, SAMPLE_IMAGE, SAMPLE_PORT},
+    eventually,
 };
 
 /// Tolerations that let the drill-4 pods go 5 s after their node is lost
@@ -95,7 +96,7 @@ fn agent_pod_deleted_under_load(c: &LocalCluster) -> Result<()> {
     let before = c.tally("client-2")?;
     let start = Instant::now();
     c.kubectl_ok(&["-n", AGENT_NAMESPACE, "delete", "pod", &old, "--wait=true"])?;
-    c.eventually("a new agent pod on node-2", Duration::from_secs(60), || {
+    eventually("a new agent pod on node-2", Duration::from_secs(60), || {
         Ok(agent_pod(c, "node-2").ok().filter(|p| *p != old))
     })?;
     c.wait_agents_ready(Duration::from_secs(90))?;
@@ -202,7 +203,7 @@ fn nodeports_from_outside(c: &LocalCluster) -> Result<()> {
         let pods = c.pods_on_nodes("app=web")?;
         for n in &c.nodes {
             let url = format!("http://{}:{port}/", n.ip);
-            c.eventually(
+            eventually(
                 &format!("{url} ({policy}) from {OUTSIDE_IP}"),
                 Duration::from_secs(20),
                 || Ok(outside_get(c, &url)),
@@ -268,7 +269,7 @@ fn drain_with_pdb(c: &LocalCluster) -> Result<()> {
     ])?;
     let vip = c.kubectl_ok(&["get", "service", "web", "-o", "jsonpath={.spec.clusterIP}"])?;
     c.start_client("client-1", "node-1", &format!("http://{vip}/"))?;
-    c.eventually("client-1 answered", Duration::from_secs(30), || {
+    eventually("client-1 answered", Duration::from_secs(30), || {
         Ok((c.tally("client-1")?.ok.values().sum::<u32>() > 5).then_some(()))
     })?;
     let before = c.tally("client-1")?;
@@ -316,7 +317,7 @@ fn node_lost(c: &mut LocalCluster) -> Result<()> {
     c.start_client("client-lost", "node-1", &format!("http://{vip}/"))?;
     c.node_mut("node-2")?.kubelet.stop()?;
     let start = Instant::now();
-    c.eventually("node-2 NotReady", Duration::from_secs(90), || {
+    eventually("node-2 NotReady", Duration::from_secs(90), || {
         let s = c.kubectl_ok(&[
             "get",
             "node",
@@ -358,7 +359,7 @@ fn node_lost(c: &mut LocalCluster) -> Result<()> {
 fn bad_input(c: &LocalCluster) -> Result<()> {
     let before = c.tally("client-1")?;
     c.kubectl_ok(&["set", "image", "deployment/web", "web=weir.test/missing:1"])?;
-    let reason = c.eventually("ErrImagePull shown", Duration::from_secs(60), || {
+    let reason = eventually("ErrImagePull shown", Duration::from_secs(60), || {
         let out = c.kubectl_ok(&["get", "pods", "-l", "app=web", "--no-headers"])?;
         Ok(out
             .lines()

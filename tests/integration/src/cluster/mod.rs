@@ -129,7 +129,7 @@ impl LocalCluster {
             cluster.api.client.clone(),
             cp_options,
         )));
-        cluster.eventually("every node Ready", Duration::from_secs(60), || {
+        crate::eventually("every node Ready", Duration::from_secs(60), || {
             let out = cluster.kubectl_ok(&[
                 "get",
                 "nodes",
@@ -204,7 +204,7 @@ impl LocalCluster {
     /// Waits until the DaemonSet has a Ready, up-to-date pod on every node.
     pub fn wait_agents_ready(&self, within: Duration) -> Result<()> {
         let want = self.nodes.len().to_string();
-        self.eventually("weir-agent Ready on every node", within, || {
+        crate::eventually("weir-agent Ready on every node", within, || {
             let out = self.kubectl_ok(&[
                 "-n",
                 AGENT_NAMESPACE,
@@ -272,16 +272,6 @@ impl LocalCluster {
             })
             .collect();
         format!("pods:\n{pods}\nagent logs:\n{logs}\n{kubelets}")
-    }
-
-    /// [`crate::eventually`].
-    pub fn eventually<T>(
-        &self,
-        what: &str,
-        within: Duration,
-        f: impl FnMut() -> Result<Option<T>>,
-    ) -> Result<T> {
-        crate::eventually(what, within, f)
     }
 }
 

@@ -117,7 +117,7 @@ impl LocalCluster {
 
     /// Waits until Deployment `name` reports `replicas` ready.
     pub fn wait_ready_replicas(&self, name: &str, replicas: u32, within: Duration) -> Result<()> {
-        self.eventually(&format!("{name}: {replicas} ready"), within, || {
+        crate::eventually(&format!("{name}: {replicas} ready"), within, || {
             let out = self.kubectl_ok(&[
                 "get",
                 "deployment",
@@ -149,7 +149,7 @@ impl LocalCluster {
                      "containers": [{"name": "client", "image": SAMPLE_IMAGE,
                                      "imagePullPolicy": "IfNotPresent",
                                      "command": ["sh", "-c", script]}]}})])?;
-        self.eventually(
+        crate::eventually(
             &format!("client {name} running"),
             Duration::from_secs(60),
             || {
@@ -176,7 +176,7 @@ impl LocalCluster {
         within: Duration,
     ) -> Result<BTreeMap<String, Duration>> {
         let mut first = BTreeMap::new();
-        self.eventually(&format!("{name} answered by {backends:?}"), within, || {
+        crate::eventually(&format!("{name} answered by {backends:?}"), within, || {
             let t = self.tally(name)?.since(before);
             for b in backends {
                 if t.ok.contains_key(b) {
