@@ -25,7 +25,7 @@ use std::{
 };
 
 pub use parse::{ManifestError, lite_agrees};
-use parse::{ObjRef, Object, Objects};
+use parse::{ObjRef, Object, Objects, Opened};
 use tokio::sync::mpsc;
 use tracing::{debug, error, info, warn};
 
@@ -88,6 +88,25 @@ pub struct ManifestDir {
 
 /// A manifest's name within the directory: a single path component.
 type FileName = Arc<Path>;
+
+/// What a scan does with one file.
+enum Todo {
+    /// Read it (again); the read takes its stamp.
+    Read,
+    /// It is gone: withdraw its objects.
+    Forget,
+}
+
+/// What reading one file came to.
+enum Outcome {
+    Gone,
+    /// It could not be opened.
+    Failed(ManifestError),
+    Read {
+        stamp: Stamp,
+        parsed: Result<parse::Parsed, ManifestError>,
+    },
+}
 
 /// What one scan needs to look at.
 enum Scope<'a> {
@@ -175,9 +194,8 @@ impl ManifestDir {
         Ok(self.read_candidates(candidates))
     }
 
-    /// The files to read again: (name, its stamp now or `None` when it is
-    /// gone).
-    fn candidates(&mut self, scope: Scope<'_>) -> std::io::Result<Vec<(FileName, Option<Stamp>)>> {
+    /// The files to read again, and the ones to forget.
+    fn candidates(&mut self, scope: Scope<'_>) -> std::io::Result<Vec<(FileName, Todo)>> {
         // Before reading: a change made during the scan shows next time.
         self.dir_stamp = dir_stamp(&self.dir);
         let mut candidates = Vec::new();
@@ -191,22 +209,26 @@ impl ManifestDir {
                     let entry = entry?;
                     let name = entry.file_name();
                     let name = Path::new(&name);
-                    if !is_manifest(name) {
+                    if !is_manifest(name) || entry.file_type().is_ok_and(|t| t.is_dir()) {
                         continue;
                     }
+                    // A file not seen before is read whatever its stamp,
+                    // and reading takes the stamp: at a cold start a `stat`
+                    // here was 100k path walks before the first parse.
+                    let Some((known, state)) = self.files.get_key_value(name) else {
+                        candidates.push((Arc::from(name), Todo::Read));
+                        continue;
+                    };
                     let Some(now) = stamp(&entry.path()) else {
                         continue;
                     };
-                    let known = self.files.get_key_value(name);
-                    if known.and_then(|(_, f)| f.stamp.as_ref()) != Some(&now) {
-                        candidates.push((self.shared(name), Some(now)));
-                    }
-                    if let Some((path, _)) = known {
-                        seen.insert(Arc::clone(path));
+                    seen.insert(Arc::clone(known));
+                    if state.stamp.as_ref() != Some(&now) {
+                        candidates.push((Arc::clone(known), Todo::Read));
                     }
                 }
-                for path in self.files.keys().filter(|p| !seen.contains(*p)) {
-                    candidates.push((Arc::clone(path), None));
+                for name in self.files.keys().filter(|p| !seen.contains(*p)) {
+                    candidates.push((Arc::clone(name), Todo::Forget));
                 }
             }
             // Named by inotify: re-read whatever the stamp says, as two writes
@@ -218,7 +240,7 @@ impl ManifestDir {
                     let Ok(name) = path.strip_prefix(&self.dir) else {
                         continue;
                     };
-                    candidates.push((self.shared(name), stamp(path)));
+                    candidates.push((self.shared(name), Todo::Read));
                 }
             }
         }
@@ -233,43 +255,51 @@ impl ManifestDir {
     }
 
     /// Reads `candidates` and folds them in; the changes that made.
-    fn read_candidates(&mut self, candidates: Vec<(FileName, Option<Stamp>)>) -> Vec<Change> {
+    fn read_candidates(&mut self, candidates: Vec<(FileName, Todo)>) -> Vec<Change> {
         if candidates.is_empty() {
             return Vec::new();
         }
         // Only objects of the files that changed can change; resolve just those.
         let mut touched: BTreeSet<ObjRef> = BTreeSet::new();
-        for (path, _) in &candidates {
-            if let Some(f) = self.files.get(&**path) {
+        for (name, _) in &candidates {
+            if let Some(f) = self.files.get(&**name) {
                 touched.extend(f.objects.keys());
             }
         }
         let before = self.effective(&touched);
-        // Parse first, in parallel (a cold start reads every file), then fold
-        // the results in one at a time.
+        // Read and parse first, in parallel (a cold start reads every file),
+        // then fold the results in one at a time.
         let mut parse_jobs = Vec::new();
-        for (path, now) in candidates {
-            let Some(now) = now else {
-                if let Some(old) = self.files.remove(&*path) {
-                    info!(file = %self.dir.join(&path).display(), "manifest removed");
-                    self.unindex(&path, old.objects.keys());
-                }
-                continue;
-            };
-            let state = self.files.entry(Arc::clone(&path)).or_default();
-            state.stamp = Some(now.clone());
-            if now.len == 0 && !state.objects.is_empty() {
-                // A writer that truncates before it writes: wait for content
-                // rather than withdraw every object of the file for a moment.
-                // Deleting the file is how to withdraw them.
-                debug!(file = %self.dir.join(&path).display(), "manifest is empty, keeping its objects until it has content");
-                continue;
+        for (name, todo) in candidates {
+            match todo {
+                Todo::Read => parse_jobs.push(name),
+                Todo::Forget => self.forget(&name),
             }
-            parse_jobs.push(path);
         }
-        let parsed = parse_all(&self.dir, &parse_jobs, &self.files);
-        for (path, result) in parse_jobs.into_iter().zip(parsed) {
-            match result {
+        let outcomes = parse_all(&self.dir, &parse_jobs, &self.files);
+        for (name, outcome) in parse_jobs.into_iter().zip(outcomes) {
+            let parsed = match outcome {
+                Outcome::Gone => {
+                    self.forget(&name);
+                    continue;
+                }
+                Outcome::Failed(e) => Err(e),
+                Outcome::Read { stamp, parsed } => {
+                    let state = self.files.entry(Arc::clone(&name)).or_default();
+                    let empty = stamp.len == 0;
+                    state.stamp = Some(stamp);
+                    if empty && !state.objects.is_empty() {
+                        // A writer that truncates before it writes: wait for
+                        // content rather than withdraw every object of the
+                        // file for a moment. Deleting the file is how to
+                        // withdraw them.
+                        debug!(file = %self.dir.join(&name).display(), "manifest is empty, keeping its objects until it has content");
+                        continue;
+                    }
+                    parsed
+                }
+            };
+            match parsed {
                 Ok(mut parsed) => {
                     let index = &self.defined_in;
                     parsed.objects.share_service_names(|id| {
@@ -279,27 +309,35 @@ impl ManifestDir {
                             ObjRef::EndpointSlice(_) => None,
                         }
                     });
-                    let state = self.files.entry(Arc::clone(&path)).or_default();
+                    let state = self.files.entry(Arc::clone(&name)).or_default();
                     let old = std::mem::replace(&mut state.objects, parsed.objects);
                     state.had_errors = parsed.had_errors;
                     let new: Vec<ObjRef> = state.objects.keys().collect();
-                    self.unindex(&path, old.keys());
+                    self.unindex(&name, old.keys());
                     for r in new {
                         self.defined_in
                             .entry(r.clone())
                             .or_default()
-                            .insert(Arc::clone(&path));
+                            .insert(Arc::clone(&name));
                         touched.insert(r);
                     }
                 }
                 Err(e) => {
-                    error!(file = %self.dir.join(&path).display(), "{e}; keeping its previous objects");
-                    self.files.entry(Arc::clone(&path)).or_default().had_errors = true;
+                    error!(file = %self.dir.join(&name).display(), "{e}; keeping its previous objects");
+                    self.files.entry(Arc::clone(&name)).or_default().had_errors = true;
                 }
             }
         }
         let after = self.effective(&touched);
         diff(&before, &after)
+    }
+
+    /// Withdraws a file that is gone, if it was known.
+    fn forget(&mut self, name: &Path) {
+        if let Some(old) = self.files.remove(name) {
+            info!(file = %self.dir.join(name).display(), "manifest removed");
+            self.unindex(name, old.objects.keys());
+        }
     }
 
     fn unindex(&mut self, path: &Path, refs: impl Iterator<Item = ObjRef>) {
@@ -333,17 +371,23 @@ impl ManifestDir {
     }
 }
 
-/// Parses the files `names` of `dir` on every core; results come back in
-/// the order of `names`.
-fn parse_all(
-    dir: &Path,
-    names: &[FileName],
-    files: &FastMap<FileName, FileState>,
-) -> Vec<Result<parse::Parsed, ManifestError>> {
+/// Reads and parses the files `names` of `dir` on every core; outcomes
+/// come back in the order of `names`.
+fn parse_all(dir: &Path, names: &[FileName], files: &FastMap<FileName, FileState>) -> Vec<Outcome> {
     let empty = Objects::default();
     let one = |n: &FileName| {
-        let previous = files.get(&**n).map_or(&empty, |f| &f.objects);
-        parse::parse_file(&dir.join(n), previous)
+        let path = dir.join(n);
+        match parse::open(&path) {
+            Ok(Opened::Gone) => Outcome::Gone,
+            Ok(Opened::File(meta, text)) => Outcome::Read {
+                stamp: Stamp::of(&meta),
+                parsed: text.and_then(|text| {
+                    let previous = files.get(&**n).map_or(&empty, |f| &f.objects);
+                    parse::parse_file(&path, &text, previous)
+                }),
+            },
+            Err(e) => Outcome::Failed(e),
+        }
     };
     let paths = names;
     let threads = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
@@ -364,28 +408,28 @@ fn parse_all(
     })
 }
 
+impl Stamp {
+    fn of(meta: &std::fs::Metadata) -> Self {
+        use std::os::unix::fs::MetadataExt as _;
+        Self {
+            modified: meta.modified().ok(),
+            len: meta.len(),
+            ino: meta.ino(),
+        }
+    }
+}
+
 /// The directory's stamp, following a link to it.
 fn dir_stamp(dir: &Path) -> Option<Stamp> {
-    use std::os::unix::fs::MetadataExt as _;
-    let meta = std::fs::metadata(dir).ok()?;
-    Some(Stamp {
-        modified: meta.modified().ok(),
-        len: meta.len(),
-        ino: meta.ino(),
-    })
+    Some(Stamp::of(&std::fs::metadata(dir).ok()?))
 }
 
 /// The stamp of a manifest, following symlinks (ConfigMap volumes are links).
 fn stamp(path: &Path) -> Option<Stamp> {
-    use std::os::unix::fs::MetadataExt as _;
     let meta = std::fs::metadata(path)
         .ok()
         .filter(std::fs::Metadata::is_file)?;
-    Some(Stamp {
-        modified: meta.modified().ok(),
-        len: meta.len(),
-        ino: meta.ino(),
-    })
+    Some(Stamp::of(&meta))
 }
 
 fn is_manifest(path: &Path) -> bool {

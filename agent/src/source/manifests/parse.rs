@@ -234,16 +234,20 @@ pub(super) struct Parsed {
     pub had_errors: bool,
 }
 
-/// Parses one file. `Err` when it cannot be read or parsed at all; the caller
-/// then keeps the file's previous objects. An object that fails validation keeps
-/// its version from `previous`, as an API server would reject the update.
-pub(super) fn parse_file(path: &Path, previous: &Objects) -> Result<Parsed, ManifestError> {
-    let text = read_bounded(path)?;
+/// Parses the text of the file at `path`. `Err` when it cannot be parsed at
+/// all; the caller then keeps the file's previous objects. An object that
+/// fails validation keeps its version from `previous`, as an API server
+/// would reject the update.
+pub(super) fn parse_file(
+    path: &Path,
+    text: &str,
+    previous: &Objects,
+) -> Result<Parsed, ManifestError> {
     let docs = if path.extension().is_some_and(|e| e == "json") {
-        match fast::json(&text) {
+        match fast::json(text) {
             Some(docs) => docs,
             None => general(vec![
-                serde_json::from_str(&text).map_err(ManifestError::Json)?,
+                serde_json::from_str(text).map_err(ManifestError::Json)?,
             ]),
         }
     } else {
@@ -252,10 +256,10 @@ pub(super) fn parse_file(path: &Path, previous: &Objects) -> Result<Parsed, Mani
             o.budget = Some(budget_for(text.len()));
             o
         };
-        match fast::yaml(&text, options()) {
+        match fast::yaml(text, options()) {
             Some(docs) => docs,
             None => general(
-                serde_saphyr::from_multiple_with_options(&text, options()).map_err(yaml_error)?,
+                serde_saphyr::from_multiple_with_options(text, options()).map_err(yaml_error)?,
             ),
         }
     };
@@ -398,8 +402,23 @@ fn yaml_error(e: serde_saphyr::Error) -> ManifestError {
     }
 }
 
-/// The file's text, refused before it is read when it is over the limit.
-fn read_bounded(path: &Path) -> Result<String, ManifestError> {
+/// A manifest as [`open`] found it.
+// Each value lives only until its file is parsed; boxing the metadata would
+// cost an allocation per file.
+#[allow(clippy::large_enum_variant)]
+pub(super) enum Opened {
+    /// No regular file by that name: removed since it was listed, or a
+    /// directory.
+    Gone,
+    /// Its metadata when opened, and its text or why that was not read.
+    File(std::fs::Metadata, Result<String, ManifestError>),
+}
+
+/// Opens and reads a manifest. The metadata comes from the open file: a
+/// scan needs no `stat` of its own for a file it reads, and a write that
+/// lands after the open shows as a newer stamp next time. A file over the
+/// limit is refused before it is read.
+pub(super) fn open(path: &Path) -> Result<Opened, ManifestError> {
     use std::{io::Read as _, os::unix::fs::OpenOptionsExt as _};
     // O_NOATIME: the first read of a file written since it was last read
     // updates its access time, which at a cold start of 100k files was
@@ -412,23 +431,28 @@ fn read_bounded(path: &Path) -> Result<String, ManifestError> {
         .or_else(|e| match e.raw_os_error() {
             Some(libc::EPERM) => std::fs::File::open(path),
             _ => Err(e),
-        })
-        .map_err(ManifestError::Read)?;
-    let size = file.metadata().map_err(ManifestError::Read)?.len();
+        });
+    let file = match file {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Opened::Gone),
+        Err(e) => return Err(ManifestError::Read(e)),
+    };
+    let meta = file.metadata().map_err(ManifestError::Read)?;
+    if !meta.is_file() {
+        return Ok(Opened::Gone);
+    }
+    let size = meta.len();
     if size > MAX_MANIFEST_BYTES {
-        return Err(ManifestError::TooLarge { size });
+        return Ok(Opened::File(meta, Err(ManifestError::TooLarge { size })));
     }
     let mut text = String::with_capacity(size as usize);
     // `take`: a file that grows while read still stops at the limit.
-    file.take(MAX_MANIFEST_BYTES + 1)
-        .read_to_string(&mut text)
-        .map_err(ManifestError::Read)?;
-    if text.len() as u64 > MAX_MANIFEST_BYTES {
-        return Err(ManifestError::TooLarge {
-            size: text.len() as u64,
-        });
-    }
-    Ok(text)
+    let read = match file.take(MAX_MANIFEST_BYTES + 1).read_to_string(&mut text) {
+        Err(e) => Err(ManifestError::Read(e)),
+        Ok(n) if n as u64 > MAX_MANIFEST_BYTES => Err(ManifestError::TooLarge { size: n as u64 }),
+        Ok(_) => Ok(text),
+    };
+    Ok(Opened::File(meta, read))
 }
 
 fn convert(body: Body, r: &ObjRef, path: &Path) -> Result<Object, ManifestError> {

@@ -550,8 +550,7 @@ fn parser_limits_and_size_are_refused_naming_the_limit() {
         ));
     }
     dir.write("bomb.yaml", &bomb);
-    let e = parse::parse_file(&dir.0.join("bomb.yaml"), &parse::Objects::default())
-        .expect_err("an alias bomb");
+    let e = read_and_parse(&dir.0.join("bomb.yaml")).expect_err("an alias bomb");
     assert!(matches!(e, ManifestError::Budget { .. }), "{e}");
     assert!(
         e.to_string()
@@ -565,9 +564,35 @@ fn parser_limits_and_size_are_refused_naming_the_limit() {
         .unwrap()
         .set_len(parse::MAX_MANIFEST_BYTES + 1)
         .unwrap();
-    let e = parse::parse_file(&big, &parse::Objects::default()).expect_err("too large");
+    let e = read_and_parse(&big).expect_err("too large");
     assert!(matches!(e, ManifestError::TooLarge { .. }), "{e}");
     assert!(e.to_string().contains("split it into several files"), "{e}");
+}
+
+fn read_and_parse(path: &std::path::Path) -> Result<parse::Parsed, ManifestError> {
+    match parse::open(path)? {
+        parse::Opened::File(_, text) => parse::parse_file(path, &text?, &parse::Objects::default()),
+        parse::Opened::Gone => panic!("{} is there", path.display()),
+    }
+}
+
+#[test]
+fn what_is_not_a_regular_file_when_read_is_gone() {
+    // Listed, then removed before it was read; or a directory with a
+    // manifest's name. Neither is an error that would keep the view from
+    // being complete.
+    let dir = TempDir::new("gone");
+    std::fs::create_dir(dir.0.join("d.yaml")).unwrap();
+    for name in ["d.yaml", "missing.yaml"] {
+        assert!(
+            matches!(parse::open(&dir.0.join(name)), Ok(parse::Opened::Gone)),
+            "{name}"
+        );
+    }
+    dir.write("a.yaml", &svc_yaml("a", "10.96.0.1", 80, "TCP"));
+    let mut md = ManifestDir::new(&dir.0);
+    assert_eq!(dir.scan(&mut md).len(), 1);
+    assert!(md.is_clean());
 }
 
 #[test]
