@@ -209,17 +209,26 @@ impl ManifestDir {
                     let entry = entry?;
                     let name = entry.file_name();
                     let name = Path::new(&name);
-                    if !is_manifest(name) || entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    if !is_manifest(name) {
                         continue;
                     }
-                    // A file not seen before is read whatever its stamp,
-                    // and reading takes the stamp: at a cold start a `stat`
-                    // here was 100k path walks before the first parse.
-                    let Some((known, state)) = self.files.get_key_value(name) else {
+                    // A regular file not seen before is read whatever its
+                    // stamp, and reading takes the stamp: at a cold start a
+                    // `stat` here was 100k path walks before the first
+                    // parse. The entry's type comes with the listing; a
+                    // link (a ConfigMap's files) is followed by a `stat`
+                    // first, so nothing but a regular file is opened.
+                    let regular = entry.file_type().is_ok_and(|t| t.is_file());
+                    let known = self.files.get_key_value(name);
+                    if known.is_none() && regular {
                         candidates.push((Arc::from(name), Todo::Read));
                         continue;
-                    };
+                    }
                     let Some(now) = stamp(&entry.path()) else {
+                        continue;
+                    };
+                    let Some((known, state)) = known else {
+                        candidates.push((Arc::from(name), Todo::Read));
                         continue;
                     };
                     seen.insert(Arc::clone(known));
@@ -240,7 +249,13 @@ impl ManifestDir {
                     let Ok(name) = path.strip_prefix(&self.dir) else {
                         continue;
                     };
-                    candidates.push((self.shared(name), Todo::Read));
+                    // Only a regular file is opened (a FIFO would block the
+                    // read, a device is no manifest); anything else is gone.
+                    let todo = match stamp(path) {
+                        Some(_) => Todo::Read,
+                        None => Todo::Forget,
+                    };
+                    candidates.push((self.shared(name), todo));
                 }
             }
         }

@@ -424,14 +424,20 @@ pub(super) fn open(path: &Path) -> Result<Opened, ManifestError> {
     // updates its access time, which at a cold start of 100k files was
     // journal work for every one of them. Only the owner (or a process with
     // CAP_FOWNER) may ask; anyone else opens the plain way.
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOATIME)
-        .open(path)
-        .or_else(|e| match e.raw_os_error() {
-            Some(libc::EPERM) => std::fs::File::open(path),
-            _ => Err(e),
-        });
+    //
+    // O_NONBLOCK: callers open only what was a regular file when listed or
+    // `stat`ed, but a FIFO put in its place since would block the open; with
+    // the flag it opens at once and the type check below refuses it.
+    let open = |flags| {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(flags)
+            .open(path)
+    };
+    let file = open(libc::O_NOATIME | libc::O_NONBLOCK).or_else(|e| match e.raw_os_error() {
+        Some(libc::EPERM) => open(libc::O_NONBLOCK),
+        _ => Err(e),
+    });
     let file = match file {
         Ok(file) => file,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Opened::Gone),

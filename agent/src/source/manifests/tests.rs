@@ -578,12 +578,15 @@ fn read_and_parse(path: &std::path::Path) -> Result<parse::Parsed, ManifestError
 
 #[test]
 fn what_is_not_a_regular_file_when_read_is_gone() {
-    // Listed, then removed before it was read; or a directory with a
-    // manifest's name. Neither is an error that would keep the view from
-    // being complete.
+    // Listed, then removed before it was read; a directory or a FIFO with a
+    // manifest's name (a FIFO's open would wait for a writer forever). None
+    // is an error that would keep the view from being complete.
     let dir = TempDir::new("gone");
     std::fs::create_dir(dir.0.join("d.yaml")).unwrap();
-    for name in ["d.yaml", "missing.yaml"] {
+    let fifo = std::ffi::CString::new(dir.0.join("f.yaml").as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: mkfifo reads the NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+    for name in ["d.yaml", "f.yaml", "missing.yaml"] {
         assert!(
             matches!(parse::open(&dir.0.join(name)), Ok(parse::Opened::Gone)),
             "{name}"
@@ -592,6 +595,9 @@ fn what_is_not_a_regular_file_when_read_is_gone() {
     dir.write("a.yaml", &svc_yaml("a", "10.96.0.1", 80, "TCP"));
     let mut md = ManifestDir::new(&dir.0);
     assert_eq!(dir.scan(&mut md).len(), 1);
+    assert!(md.is_clean());
+    let named = BTreeSet::from(["d.yaml", "f.yaml", "missing.yaml"].map(|n| dir.0.join(n)));
+    assert!(md.scan_paths(&named).unwrap().is_empty());
     assert!(md.is_clean());
 }
 
