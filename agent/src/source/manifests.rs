@@ -404,15 +404,14 @@ fn parse_all(dir: &Path, names: &[FileName], files: &FastMap<FileName, FileState
             Err(e) => Outcome::Failed(e),
         }
     };
-    let paths = names;
     let threads = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
     // Threads only pay off for a batch, such as a cold start.
-    if threads < 2 || paths.len() < 64 {
-        return paths.iter().map(one).collect();
+    if threads < 2 || names.len() < 64 {
+        return names.iter().map(one).collect();
     }
-    let chunk = paths.len().div_ceil(threads);
+    let chunk = names.len().div_ceil(threads);
     std::thread::scope(|scope| {
-        let workers: Vec<_> = paths
+        let workers: Vec<_> = names
             .chunks(chunk)
             .map(|part| scope.spawn(move || part.iter().map(one).collect::<Vec<_>>()))
             .collect();

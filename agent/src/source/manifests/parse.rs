@@ -428,14 +428,14 @@ pub(super) fn open(path: &Path) -> Result<Opened, ManifestError> {
     // O_NONBLOCK: callers open only what was a regular file when listed or
     // `stat`ed, but a FIFO put in its place since would block the open; with
     // the flag it opens at once and the type check below refuses it.
-    let open = |flags| {
+    let open_with = |flags| {
         std::fs::OpenOptions::new()
             .read(true)
             .custom_flags(flags)
             .open(path)
     };
-    let file = open(libc::O_NOATIME | libc::O_NONBLOCK).or_else(|e| match e.raw_os_error() {
-        Some(libc::EPERM) => open(libc::O_NONBLOCK),
+    let file = open_with(libc::O_NOATIME | libc::O_NONBLOCK).or_else(|e| match e.raw_os_error() {
+        Some(libc::EPERM) => open_with(libc::O_NONBLOCK),
         _ => Err(e),
     });
     let file = match file {
