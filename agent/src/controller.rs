@@ -57,6 +57,10 @@ const RETRY: Duration = Duration::from_secs(2);
 /// the kernel (see `heap::tune`): a relist or a rewritten manifest
 /// directory should not leave the agent's resident size at its peak.
 const RELEASE_AFTER: usize = 1024;
+/// A sync of at least this many Services writes the backends array through
+/// one mapping (see `maps::array`); mapping it costs about a millisecond at
+/// a million backends, so single changes do without.
+const BULK: usize = 256;
 
 pub struct Controller<M> {
     store: Store,
@@ -291,6 +295,10 @@ impl<M: LbMaps> Controller<M> {
         // old owner has synced; those get a second try at the end of the
         // batch instead of an error and a retry two seconds later.
         let mut conflicted = Vec::new();
+        let bulk = n >= BULK;
+        if bulk {
+            self.reconciler.bulk(true);
+        }
         for id in dirty {
             match self.sync_one(&id, false) {
                 Some(done) => ops += done,
@@ -301,6 +309,9 @@ impl<M: LbMaps> Controller<M> {
             ops += self.sync_one(&id, true).unwrap_or(0);
         }
         self.reconciler.flush_labels();
+        if bulk {
+            self.reconciler.bulk(false);
+        }
         if !self.synced {
             self.initial_ops += ops;
         }

@@ -132,23 +132,20 @@ const fn state_name(state: u8) -> &'static str {
 /// its draining ones. Slots whose backend is missing show up as `missing`,
 /// which only a bug or a race can produce.
 ///
-/// At 100k Services the two maps hold a million entries each, and the
-/// kernel's walk of one takes half a second of CPU: each is read on its own
-/// thread, which then orders (services) or indexes (backends) what it read.
+/// At 100k Services the services map holds a million entries, and the
+/// kernel's walk of it takes half a second of CPU: it is read and ordered on
+/// one thread, while the other copies the backends array out (a few
+/// milliseconds), indexes its draining backends and reads the labels.
 pub fn read_services(maps: &PinnedMaps) -> Result<Vec<ServiceView>, maps::MapError> {
-    // The labels are a tenth of the entries and ride with the services.
-    let (read, backends) = parallel::both(
+    let (entries, backends) = parallel::both(
+        || maps.service_entries().map(sort_entries),
         || {
-            let entries = maps.service_entries().map(sort_entries)?;
-            let labels: HashMap<u32, SvcLabel> = maps.label_entries()?.into_iter().collect();
-            Ok::<_, maps::MapError>((entries, labels))
+            let mut index = index_backends(maps.backend_table()?);
+            index.labels = maps.label_entries()?.into_iter().collect();
+            Ok::<_, maps::MapError>(index)
         },
-        || maps.backend_entries().map(index_backends),
     );
-    let (entries, labels) = read?;
-    let mut backends = backends?;
-    backends.labels = labels;
-    Ok(views(&entries, &backends))
+    Ok(views(&entries?, &backends?))
 }
 
 /// One sort by the key's integers puts each frontend's master before its
@@ -162,7 +159,8 @@ fn sort_entries(mut entries: Vec<(ServiceKey, ServiceValue)>) -> Vec<(ServiceKey
 
 /// Backends by id, and the draining ones by rev-NAT id.
 struct BackendIndex {
-    by_id: HashMap<u32, Backend>,
+    /// The backends array as read: indexed by id, zeros for a free id.
+    by_id: Vec<Backend>,
     /// Draining backends (terminating, no longer serving) are in no slot:
     /// they only keep their tracked flows, and their rev-NAT id says whose
     /// they are. Indexed once: a scan per frontend is quadratic at scale.
@@ -209,7 +207,7 @@ fn frontends(entries: &[(ServiceKey, ServiceValue)], index: &BackendIndex) -> Ve
                 slots
                     .binary_search_by_key(&slot, |(k, _)| k.slot)
                     .ok()
-                    .and_then(|i| index.by_id.get(&slots[i].1.backend_id))
+                    .and_then(|i| index.backend(slots[i].1.backend_id))
                     .map_or(BackendView::MISSING, BackendView::of)
             })
             .collect();
@@ -244,11 +242,18 @@ fn frontend(k: &ServiceKey) -> ServiceKey {
     ServiceKey { slot: 0, ..*k }
 }
 
-fn index_backends(backends: Vec<(u32, Backend)>) -> BackendIndex {
+impl BackendIndex {
+    fn backend(&self, id: u32) -> Option<&Backend> {
+        let b = self.by_id.get(id as usize)?;
+        (*b != Backend::default()).then_some(b)
+    }
+}
+
+fn index_backends(backends: Vec<Backend>) -> BackendIndex {
     let mut draining: HashMap<u32, Vec<BackendView>> = HashMap::default();
-    for (_, b) in backends
+    for b in backends
         .iter()
-        .filter(|(_, b)| b.state == BACKEND_STATE_DRAINING)
+        .filter(|b| b.state == BACKEND_STATE_DRAINING && b.rev_nat_id != 0)
     {
         draining
             .entry(b.rev_nat_id)
@@ -256,7 +261,7 @@ fn index_backends(backends: Vec<(u32, Backend)>) -> BackendIndex {
             .push(BackendView::of(b));
     }
     BackendIndex {
-        by_id: backends.into_iter().collect(),
+        by_id: backends,
         draining,
         labels: HashMap::default(),
     }
@@ -384,8 +389,13 @@ mod tests {
 
     /// [`read_services`] of `s` with a labels map holding `labels`.
     fn labelled(s: Snapshot, labels: HashMap<u32, SvcLabel>) -> Vec<ServiceView> {
-        // Reversed: the maps hand entries out in hash order, not key order.
-        let mut index = index_backends(s.backends.into_iter().rev().collect());
+        // The backends array as the kernel holds it: by id, zeros between.
+        let len = s.backends.keys().max().map_or(0, |&m| m as usize + 1);
+        let mut table = vec![Backend::default(); len];
+        for (id, b) in s.backends {
+            table[id as usize] = b;
+        }
+        let mut index = index_backends(table);
         index.labels = labels;
         super::views(
             &sort_entries(s.services.into_iter().rev().collect()),

@@ -203,6 +203,12 @@ impl<M: LbMaps> Reconciler<M> {
         self.labels.flush(&mut self.maps);
     }
 
+    /// Says a sync of many Services starts (`true`) or ends; see
+    /// [`LbMaps::bulk`].
+    pub fn bulk(&mut self, on: bool) {
+        self.maps.bulk(on);
+    }
+
     /// Writes the labels still waiting; the controller calls it after each
     /// batch of Services.
     pub fn flush_labels(&mut self) {

@@ -12,6 +12,7 @@ use tracing::{info, warn};
 
 use super::{
     devices::{Devices, Pattern},
+    legacy::LegacyBackends,
     netdev::Acceleration,
     pins::Pins,
     sock,
@@ -115,6 +116,12 @@ pub enum LoadError {
         found: u32,
         expected: u32,
     },
+    #[error("carrying over {path}, which an older agent pinned, failed")]
+    Legacy {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
     #[error("loading the eBPF object failed")]
     Load(#[source] EbpfError),
     #[error("program {name} failed")]
@@ -179,19 +186,25 @@ impl Datapath {
     pub fn load(opts: &LoadOptions) -> Result<Self, LoadError> {
         let pins = &opts.pins;
         prepare_dirs(pins)?;
-        check_pins(pins, opts)?;
+        let legacy = LegacyBackends::take(pins)?;
+        if let Err(e) = check_pins(pins, opts) {
+            if let Some(l) = legacy {
+                l.restore();
+            }
+            return Err(e);
+        }
         // Devices and the cgroup are checked before anything is loaded, so a
         // typo in a flag changes nothing.
         if opts.socket_lb {
             sock::check_cgroup(&opts.cgroup)?;
         }
 
-        let mut ebpf = EbpfLoader::new()
+        let ebpf = EbpfLoader::new()
             .default_map_pin_directory(pins.maps())
             .map_max_entries(weir_abi::MAP_SERVICES, opts.max_services)
             .map_max_entries(weir_abi::MAP_REVNAT, opts.max_services)
             .map_max_entries(weir_abi::MAP_SVC_LABELS, opts.max_services)
-            .map_max_entries(weir_abi::MAP_BACKENDS, opts.max_backends)
+            .map_max_entries(weir_abi::MAP_BACKENDS, backend_elements(opts))
             .map_max_entries(weir_abi::MAP_CT_TCP, opts.ct_max)
             .map_max_entries(weir_abi::MAP_CT_UDP, opts.ct_max)
             .map_max_entries(weir_abi::MAP_AFFINITY, weir_abi::DEFAULT_MAX_AFFINITY)
@@ -203,8 +216,20 @@ impl Datapath {
                 weir_abi::MAP_SOCK_PICKS,
                 pins.maps().join(weir_abi::MAP_SOCK_PICKS),
             )
-            .load(PROGRAMS)
-            .map_err(LoadError::Load)?;
+            .load(PROGRAMS);
+        let mut ebpf = match ebpf {
+            Ok(e) => e,
+            Err(e) => {
+                if let Some(l) = legacy {
+                    l.restore();
+                }
+                return Err(LoadError::Load(e));
+            }
+        };
+        // Before any new program can read the array.
+        if let Some(l) = legacy {
+            l.finish()?;
+        }
 
         // Timeouts first: the programs read them for the first flow.
         write_config(&mut ebpf, opts.datapath_config())?;
@@ -333,7 +358,7 @@ fn expected_layouts(opts: &LoadOptions) -> [(&'static str, usize, usize, Option<
             weir_abi::MAP_BACKENDS,
             4,
             size_of::<Backend>(),
-            Some(opts.max_backends),
+            Some(backend_elements(opts)),
         ),
         (
             weir_abi::MAP_REVNAT,
@@ -399,10 +424,17 @@ fn expected_layouts(opts: &LoadOptions) -> [(&'static str, usize, usize, Option<
     ]
 }
 
-/// Refuses pins whose layout differs from this build's ABI, and says when a
-/// pinned map keeps a size other than the flags ask for.
+/// Elements of the backends array: one per backend, and id 0, which is
+/// never handed out.
+const fn backend_elements(opts: &LoadOptions) -> u32 {
+    opts.max_backends.saturating_add(1)
+}
+
+/// Refuses pins whose type or layout differs from this build's ABI, and says
+/// when a pinned map keeps a size other than the flags ask for.
 fn check_pins(pins: &Pins, opts: &LoadOptions) -> Result<(), LoadError> {
     let expect = expected_layouts(opts);
+    let object = aya_obj::Object::parse(PROGRAMS).map_err(|e| LoadError::Load(e.into()))?;
     for (name, key, value, max) in expect {
         let path = pins.maps().join(name);
         let Ok(data) = MapData::from_pin(&path) else {
@@ -411,10 +443,14 @@ fn check_pins(pins: &Pins, opts: &LoadOptions) -> Result<(), LoadError> {
         let Ok(info) = data.info() else {
             continue;
         };
-        for (what, found, expected) in [
+        let types = object.maps.get(name).map(|m| {
+            let found = info.map_type().map_or(u32::MAX, |t| t as u32);
+            ("type", found, m.map_type())
+        });
+        for (what, found, expected) in types.into_iter().chain([
             ("key size", info.key_size(), key as u32),
             ("value size", info.value_size(), value as u32),
-        ] {
+        ]) {
             if found != expected {
                 return Err(LoadError::IncompatiblePin {
                     path,
@@ -448,7 +484,7 @@ fn check_pins(pins: &Pins, opts: &LoadOptions) -> Result<(), LoadError> {
 
 /// The maps this build creates preallocated (see the eBPF crate's maps.rs).
 fn preallocated(name: &str) -> bool {
-    name == weir_abi::MAP_SERVICES || name == weir_abi::MAP_BACKENDS
+    name == weir_abi::MAP_SERVICES
 }
 
 #[cfg(test)]

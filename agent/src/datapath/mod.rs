@@ -2,6 +2,7 @@
 //! from a previous agent without a moment in which traffic goes unhandled.
 pub mod devices;
 pub mod kernel;
+mod legacy;
 pub mod links;
 pub mod loader;
 pub mod lock;

@@ -134,7 +134,7 @@ fn devices(links: &Path) -> Vec<DeviceView> {
 fn map_usage(dir: &Path) -> Vec<MapUsage> {
     let counts: [(&'static str, Counter); 10] = [
         (weir_abi::MAP_SERVICES, count::<ServiceKey, ServiceValue>),
-        (weir_abi::MAP_BACKENDS, count::<u32, Backend>),
+        (weir_abi::MAP_BACKENDS, count_backends),
         (weir_abi::MAP_REVNAT, count::<u32, RevNat>),
         (weir_abi::MAP_SVC_LABELS, count::<u32, SvcLabel>),
         (weir_abi::MAP_MAGLEV, count::<MaglevKey, MaglevChunk>),
@@ -180,6 +180,13 @@ fn count<K: aya::Pod, V: aya::Pod>(pin: &Path) -> Option<(u64, u32)> {
 }
 
 /// The source-range trie has no batch commands: walked key by key.
+/// The backends array: its backends, and its capacity without id 0.
+fn count_backends(pin: &Path) -> Option<(u64, u32)> {
+    let a = crate::maps::array::MmapArray::<Backend>::open(pin).ok()?;
+    let n = a.entries().ok()?.len();
+    Some((n as u64, a.max_entries().saturating_sub(1)))
+}
+
 fn count_trie(pin: &Path) -> Option<(u64, u32)> {
     let data = MapData::from_pin(pin).ok()?;
     let capacity = data.info().ok()?.max_entries();

@@ -1,6 +1,7 @@
 //! The BPF maps as the reconciler sees them: a list of operations to apply and a
 //! snapshot to restore from. [`pinned::PinnedMaps`] is the kernel; [`fake::FakeMaps`]
 //! is an in-memory stand-in with the same failure modes for tests.
+pub mod array;
 pub mod batch;
 pub mod dump;
 pub mod fake;
@@ -215,6 +216,9 @@ pub trait LbMaps {
     fn write_labels(&mut self, writes: &[(u32, Option<SvcLabel>)]) -> Result<(), MapError>;
     /// Calls `f` with every label, unordered, without holding them all.
     fn visit_labels(&self, f: &mut dyn FnMut(u32, SvcLabel)) -> Result<(), MapError>;
+    /// A sync of many Services starts (`true`) or ends. The kernel maps keep
+    /// the backends array mapped in between (see [`array::MmapArray::hold`]).
+    fn bulk(&mut self, _on: bool) {}
 }
 
 #[cfg(test)]

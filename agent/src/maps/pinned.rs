@@ -11,13 +11,13 @@ use weir_abi::{Backend, RevNat, ServiceKey, ServiceValue, SrcRangeKey, SvcLabel}
 use crate::parallel::both;
 
 use super::{
-    Capacity, LbMaps, MapError, MapName, MapOp, Snapshot, SrcRange, batch::Batch,
+    Capacity, LbMaps, MapError, MapName, MapOp, Snapshot, SrcRange, array::MmapArray, batch::Batch,
     maglev::MaglevTables,
 };
 
 pub struct PinnedMaps {
     services: HashMap<MapData, ServiceKey, ServiceValue>,
-    backends: HashMap<MapData, u32, Backend>,
+    backends: MmapArray<Backend>,
     revnat: HashMap<MapData, u32, RevNat>,
     src_ranges: LpmTrie<MapData, SrcRangeKey, u8>,
     maglev: MaglevTables,
@@ -33,7 +33,6 @@ pub struct PinnedMaps {
 
 struct Batches {
     services: Batch<ServiceKey, ServiceValue>,
-    backends: Batch<u32, Backend>,
     revnat: Batch<u32, RevNat>,
 }
 
@@ -91,7 +90,14 @@ impl PinnedMaps {
     /// Opens the maps pinned in `dir` (see [`crate::datapath::pins`]).
     pub fn open(dir: &Path) -> Result<Self, MapError> {
         let (services, s, services_fd) = open(dir, MapName::Services)?;
-        let (backends, b, backends_fd) = open(dir, MapName::Backends)?;
+        let backends = MmapArray::open(&dir.join(MapName::Backends.pin_name())).map_err(|e| {
+            MapError::Read {
+                map: MapName::Backends,
+                source: to_io(e),
+            }
+        })?;
+        // Id 0 is never handed out, and the array has an element for it.
+        let b = backends.max_entries().saturating_sub(1);
         let (revnat, r, revnat_fd) = open(dir, MapName::RevNat)?;
         let (src_data, sr) = open_data(dir, MapName::SrcRanges)?;
         let src_ranges = LpmTrie::try_from(Map::LpmTrie(src_data)).map_err(|e| MapError::Read {
@@ -118,7 +124,6 @@ impl PinnedMaps {
             labels,
             batches: Batches {
                 services: Batch::new(services_fd),
-                backends: Batch::new(backends_fd),
                 revnat: Batch::new(revnat_fd),
             },
             batched: true,
@@ -170,10 +175,10 @@ impl LbMaps for PinnedMaps {
     fn apply(&mut self, op: &MapOp) -> Result<(), MapError> {
         let res = match op {
             MapOp::UpsertService(k, v) => self.services.insert(k, v, 0),
-            MapOp::UpsertBackend(k, v) => self.backends.insert(k, v, 0),
+            MapOp::UpsertBackend(k, v) => return self.write_backends(&[(*k, *v)]),
             MapOp::UpsertRevNat(k, v) => self.revnat.insert(k, v, 0),
             MapOp::DeleteService(k) => absent_ok(self.services.remove(k)),
-            MapOp::DeleteBackend(k) => absent_ok(self.backends.remove(k)),
+            MapOp::DeleteBackend(k) => return self.write_backends(&[(*k, Backend::default())]),
             MapOp::DeleteRevNat(k) => absent_ok(self.revnat.remove(k)),
             MapOp::UpsertSrcRange(r) => self.src_ranges.insert(&lpm_key(r), 1u8, 0),
             MapOp::DeleteSrcRange(r) => absent_ok(self.src_ranges.remove(&lpm_key(r))),
@@ -190,7 +195,9 @@ impl LbMaps for PinnedMaps {
 
     fn apply_all(&mut self, ops: &[MapOp]) -> Result<(), (usize, MapError)> {
         for (run, range) in runs(ops) {
-            if run == Run::Single || range.len() < MIN_BATCH || !self.batched {
+            // Backends are an array with its own way of writing runs.
+            let array = matches!(run, Run::UpsertBackend | Run::DeleteBackend);
+            if !array && (run == Run::Single || range.len() < MIN_BATCH || !self.batched) {
                 for (j, op) in ops.iter().enumerate().take(range.end).skip(range.start) {
                     self.apply(op).map_err(|e| (j, e))?;
                 }
@@ -273,6 +280,10 @@ impl LbMaps for PinnedMaps {
         Ok(())
     }
 
+    fn bulk(&mut self, on: bool) {
+        self.backends.hold(on);
+    }
+
     fn visit_labels(&self, f: &mut dyn FnMut(u32, SvcLabel)) -> Result<(), MapError> {
         let read = |source| MapError::Read {
             map: MapName::Labels,
@@ -301,16 +312,38 @@ impl PinnedMaps {
         write_error(map, self.capacity.of(map), source)
     }
 
+    /// Writes backends (a free id is all zeros) in order.
+    fn write_backends(&mut self, items: &[(u32, Backend)]) -> Result<(), MapError> {
+        self.write_backend_run(items).map_err(|(_, e)| e)
+    }
+
+    fn write_backend_run(&mut self, items: &[(u32, Backend)]) -> Result<(), (usize, MapError)> {
+        let capacity = self.capacity.backends;
+        self.backends
+            .write(items)
+            .map_err(|(n, e)| (n, write_error(MapName::Backends, capacity, e)))
+    }
+
     /// Writes one run of operations of the same kind with one batch.
     fn apply_run(&mut self, run: Run, ops: &[MapOp]) -> Result<(), (usize, MapError)> {
+        match run {
+            Run::UpsertBackend | Run::DeleteBackend => {
+                let items: Vec<(u32, Backend)> = ops
+                    .iter()
+                    .map(|op| match *op {
+                        MapOp::UpsertBackend(k, v) => (k, v),
+                        MapOp::DeleteBackend(k) => (k, Backend::default()),
+                        _ => unreachable!("a run holds one kind"),
+                    })
+                    .collect();
+                return self.write_backend_run(&items);
+            }
+            _ => {}
+        }
         let b = &self.batches;
         let r = match run {
             Run::UpsertService => upsert(&b.services, ops, |op| match *op {
                 MapOp::UpsertService(k, v) => (k, v),
-                _ => unreachable!("a run holds one kind"),
-            }),
-            Run::UpsertBackend => upsert(&b.backends, ops, |op| match *op {
-                MapOp::UpsertBackend(k, v) => (k, v),
                 _ => unreachable!("a run holds one kind"),
             }),
             Run::UpsertRevNat => upsert(&b.revnat, ops, |op| match *op {
@@ -321,15 +354,13 @@ impl PinnedMaps {
                 MapOp::DeleteService(k) => k,
                 _ => unreachable!("a run holds one kind"),
             })),
-            Run::DeleteBackend => b.backends.delete(&keys(ops, |op| match *op {
-                MapOp::DeleteBackend(k) => k,
-                _ => unreachable!("a run holds one kind"),
-            })),
             Run::DeleteRevNat => b.revnat.delete(&keys(ops, |op| match *op {
                 MapOp::DeleteRevNat(k) => k,
                 _ => unreachable!("a run holds one kind"),
             })),
-            Run::Single => unreachable!("single operations are not batched"),
+            Run::Single | Run::UpsertBackend | Run::DeleteBackend => {
+                unreachable!("single operations and backends are not batched")
+            }
         };
         match r {
             Ok(()) => Ok(()),
@@ -359,9 +390,20 @@ impl PinnedMaps {
         }
     }
 
-    /// Every entry of the backends map, unordered.
+    /// Every backend, by id.
     pub fn backend_entries(&self) -> Result<Vec<(u32, Backend)>, MapError> {
-        self.read_all(&self.batches.backends, &self.backends, MapName::Backends)
+        self.backends.entries().map_err(|source| MapError::Read {
+            map: MapName::Backends,
+            source,
+        })
+    }
+
+    /// The backends array as it is, indexed by id; a free id is all zeros.
+    pub fn backend_table(&self) -> Result<Vec<Backend>, MapError> {
+        self.backends.elements().map_err(|source| MapError::Read {
+            map: MapName::Backends,
+            source,
+        })
     }
 
     /// Every entry of a hash map: with batch lookups when the kernel has

@@ -21,7 +21,7 @@
 //! | pin name              | type        | key               | value             | written by |
 //! |-----------------------|-------------|-------------------|-------------------|------------|
 //! | [`MAP_SERVICES`]      | hash        | [`ServiceKey`]    | [`ServiceValue`]  | agent      |
-//! | [`MAP_BACKENDS`]      | hash        | `u32` backend id  | [`Backend`]       | agent      |
+//! | [`MAP_BACKENDS`]      | array, mmapable | `u32` backend id | [`Backend`]   | agent      |
 //! | [`MAP_REVNAT`]        | hash        | `u32` rev-NAT id  | [`RevNat`]        | agent      |
 //! | [`MAP_SRC_RANGES`]    | LPM trie    | [`SrcRangeKey`]   | `u8` (1)          | agent      |
 //! | [`MAP_CONFIG`]        | array[1]    | `u32` 0           | [`Config`]        | agent      |
@@ -80,7 +80,8 @@ pub const MAP_SVC_LABELS: &str = "WEIR_SVC_LABEL";
 /// Default capacity of the services map: service-port entries, master and slots
 /// together, as Cilium's `lbmap` default.
 pub const DEFAULT_MAX_SERVICES: u32 = 65_536;
-/// Default capacity of the backends map, as Calico's eBPF backend map.
+/// Default capacity of the backends map, as Calico's eBPF backend map. The
+/// array has one element more: id 0 means "none" and is never handed out.
 pub const DEFAULT_MAX_BACKENDS: u32 = 262_144;
 /// Default capacity of the LRU map that remembers which frontend each socket
 /// was sent to (`--max-revsock`). Entries live as long as their socket, so
@@ -253,7 +254,8 @@ pub struct ServiceValue {
     pub affinity_timeout: u32,
 }
 
-/// Value of the backends map, keyed by a `u32` backend id (host order).
+/// Value of the backends map, an array indexed by backend id (host order). An
+/// element of zeros (rev-NAT id 0) is a free id: no backend.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Backend {

@@ -4,7 +4,7 @@
 //! here are the defaults. Every map is pinned by name so that a restarted agent
 //! (and the conntrack collector) finds the same maps and their state.
 use aya_ebpf::{
-    bindings::{BPF_F_NO_PREALLOC, bpf_fib_lookup},
+    bindings::{BPF_F_MMAPABLE, BPF_F_NO_PREALLOC, bpf_fib_lookup},
     btf_maps::SkStorage,
     macros::{btf_map, map},
     maps::{Array, HashMap, LpmTrie, LruHashMap, PerCpuArray},
@@ -17,19 +17,27 @@ use weir_abi::{
     maglev::{DEFAULT_TABLE_SIZE, MaglevChunk, MaglevKey, chunks},
 };
 
-// Preallocated: the agent's first sync writes about a million entries into
-// each, and an insert into a preallocated table costs under half of one that
-// allocates (measured: 400 vs 1,000-1,700 ns, batched). The memory is taken
-// when the map is created, and `--max-services`/`--max-backends` size it.
-// Either kind hands a deleted element to the next insert without waiting for
-// readers (the kernel's BPF allocator reuses freed elements at once), so the
-// programs never trust what a slot names: `pick::owned_backend` checks that a
-// backend still belongs to the frontend it was reached from.
+// Preallocated: the agent's first sync writes about a million entries, and
+// an insert into a preallocated table costs under half of one that allocates
+// (measured: 400 vs 1,000-1,700 ns, batched). The memory is taken when the
+// map is created, and `--max-services` sizes it. A deleted element goes to
+// the next insert without waiting for readers (the kernel's BPF allocator
+// reuses freed elements at once), so the programs never trust what a slot
+// names: `pick::owned_backend` checks that a backend still belongs to the
+// frontend it was reached from.
 #[map(name = "WEIR_SVC")]
 pub static SERVICES: HashMap<ServiceKey, ServiceValue> = HashMap::pinned(DEFAULT_MAX_SERVICES, 0);
 
+// An array indexed by backend id (the agent hands ids out densely from 1),
+// which the agent writes through a shared mapping (`BPF_F_MMAPABLE`): a
+// million backends cost it a few milliseconds of stores instead of half a
+// second of hash inserts. Index 0 is never used, hence the extra entry. An
+// all-zero element is a free id; its rev-NAT id 0 is no frontend's, so the
+// ownership check refuses it as it refuses a reused id. The agent rewrites an
+// element in place, as the hash's element reuse did, so the same check makes
+// a torn read harmless.
 #[map(name = "WEIR_BACKEND")]
-pub static BACKENDS: HashMap<u32, Backend> = HashMap::pinned(DEFAULT_MAX_BACKENDS, 0);
+pub static BACKENDS: Array<Backend> = Array::pinned(DEFAULT_MAX_BACKENDS + 1, BPF_F_MMAPABLE);
 
 // One entry per frontend, but sized by `--max-services` like the services map
 // (about 11 entries a frontend): preallocating would reserve ten times what it

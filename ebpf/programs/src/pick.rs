@@ -24,8 +24,8 @@ impl LbMapsView for Kernel {
 
     #[inline(always)]
     fn backend(&self, id: u32) -> Option<Backend> {
-        // SAFETY: as above.
-        unsafe { BACKENDS.get(id) }.copied()
+        // A free id reads as zeros, which is no backend (see maps.rs).
+        BACKENDS.get(id).copied().filter(|b| b.rev_nat_id != 0)
     }
 
     #[inline(always)]

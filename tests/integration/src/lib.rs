@@ -53,8 +53,19 @@ pub fn bpftool(args: &[&std::ffi::OsStr]) -> anyhow::Result<serde_json::Value> {
     Ok(serde_json::from_slice(&out.stdout)?)
 }
 
-/// Entries in the map pinned at `path`.
+/// Entries in the map pinned at `path`. The backends array counts the
+/// backends it holds: an element of zeros is a free id.
 pub fn pinned_map_len(path: &std::path::Path) -> anyhow::Result<usize> {
+    use aya::maps::{Array, Map, MapData, MapType};
+    use weir_abi::Backend;
+    let data = MapData::from_pin(path)?;
+    if matches!(data.info()?.map_type(), Ok(MapType::Array)) {
+        let a: Array<MapData, Backend> = Array::try_from(Map::Array(data))?;
+        return Ok(a
+            .iter()
+            .filter(|v| v.as_ref().is_ok_and(|b| *b != Backend::default()))
+            .count());
+    }
     let v = bpftool(&[
         "map".as_ref(),
         "dump".as_ref(),

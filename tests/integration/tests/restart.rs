@@ -251,9 +251,92 @@ fn map_flags(topo: &Topology, name: &str) -> Result<u64> {
         .ok_or_else(|| anyhow::anyhow!("no flags for {name}: {v}"))
 }
 
-/// Earlier agents pinned the services and backends maps unpreallocated.
-/// A new agent takes them over as they are (the layout is the same), says how
-/// to get the faster kind, and serves; a cleanup and a start give it.
+/// The type of the map pinned at `name`, as bpftool names it.
+fn map_type(topo: &Topology, name: &str) -> Result<String> {
+    let path = topo.pin_dir().join("maps").join(name);
+    let v = weir_integration::bpftool(&[
+        "map".as_ref(),
+        "show".as_ref(),
+        "pinned".as_ref(),
+        path.as_os_str(),
+    ])?;
+    v["type"]
+        .as_str()
+        .map(str::to_owned)
+        .ok_or_else(|| anyhow::anyhow!("no type for {name}: {v}"))
+}
+
+/// An agent from before the backends array left its backends in a hash.
+/// The next agent carries them over before its programs replace the old
+/// ones, so the Service keeps its backends without a sync having to write
+/// them, and no trace of the hash is left.
+#[test]
+fn an_older_agents_backends_hash_is_carried_over_to_the_array() -> Result<()> {
+    use aya::maps::{Array, HashMap, Map, MapData};
+    use weir_abi::Backend;
+
+    let topo = Topology::new(2)?;
+    let eps = topo.ready_endpoints();
+    topo.write_manifest("web.yaml", &manifest::service("web", VIP))?;
+    topo.write_manifest("web-slice.yaml", &manifest::slice("web-1", "web", &eps))?;
+    let mut agent = Agent::start(&topo, &[])?;
+    let p = topo.probe("tcp", &format!("{VIP}:80"), 20)?;
+    assert_eq!((p.ok, p.backends.len()), (20, 2), "{p:?}");
+    agent.stop(libc::SIGTERM)?;
+
+    // What the older agent would have pinned: the same ids and values, in a
+    // hash. The running programs keep their array while unpinned.
+    let maps = topo.pin_dir().join("maps");
+    let pin = maps.join(weir_abi::MAP_BACKENDS);
+    let array: Array<MapData, Backend> = Array::try_from(Map::Array(MapData::from_pin(&pin)?))?;
+    let held: Vec<(u32, Backend)> = (0..array.len())
+        .map(|i| Ok((i, array.get(&i, 0)?)))
+        .collect::<Result<Vec<_>>>()?
+        .into_iter()
+        .filter(|(_, b)| *b != Backend::default())
+        .collect();
+    // Two ports (TCP and UDP), each with both endpoints.
+    assert_eq!(held.len(), 4, "{held:?}");
+    drop(array);
+    std::fs::remove_file(&pin)?;
+    let out = Command::new("bpftool")
+        .args(["map", "create"])
+        .arg(&pin)
+        .args(["type", "hash", "key", "4", "value"])
+        .arg(size_of::<Backend>().to_string())
+        .args(["entries", "1024", "name", "WEIR_BACKEND"])
+        .output()?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut hash: HashMap<MapData, u32, Backend> =
+        HashMap::try_from(Map::HashMap(MapData::from_pin(&pin)?))?;
+    for (id, b) in &held {
+        hash.insert(id, b, 0)?;
+    }
+    drop(hash);
+
+    let agent = Agent::start(&topo, &[])?;
+    let log = agent.log_text();
+    assert!(log.contains("carried the backends"), "{log}");
+    assert_eq!(map_type(&topo, "WEIR_BACKEND")?, "array");
+    assert!(!maps.join("WEIR_BACKEND_LEGACY").exists());
+    let array: Array<MapData, Backend> = Array::try_from(Map::Array(MapData::from_pin(&pin)?))?;
+    for (id, b) in &held {
+        assert_eq!(array.get(id, 0)?, *b, "backend {id}");
+    }
+    let p = topo.probe("tcp", &format!("{VIP}:80"), 20)?;
+    assert_eq!((p.ok, p.backends.len()), (20, 2), "{p:?}");
+    Ok(())
+}
+
+/// Earlier agents pinned the services and backends maps unpreallocated, and
+/// the backends map as a hash. A new agent takes the services map over as it
+/// is (the layout is the same) and says how to get the faster kind; it
+/// carries the backends over to an array; and it serves. A cleanup and a
+/// start give the faster services map.
 #[test]
 fn maps_pinned_without_preallocation_by_an_older_agent_keep_serving() -> Result<()> {
     const NO_PREALLOC: u64 = 1;
@@ -300,26 +383,24 @@ fn maps_pinned_without_preallocation_by_an_older_agent_keep_serving() -> Result<
 
     let mut agent = Agent::start(&topo, &[])?;
     let log = agent.log_text();
-    for name in ["WEIR_SVC", "WEIR_BACKEND"] {
-        assert_eq!(map_flags(&topo, name)?, NO_PREALLOC, "{name}");
-        assert!(
-            log.lines()
-                .any(|l| l.contains("allocates per entry") && l.contains(name)),
-            "no warning for {name}: {log}"
-        );
-    }
+    assert_eq!(map_flags(&topo, "WEIR_SVC")?, NO_PREALLOC);
+    assert!(
+        log.lines()
+            .any(|l| l.contains("allocates per entry") && l.contains("WEIR_SVC")),
+        "no warning for WEIR_SVC: {log}"
+    );
+    assert!(log.contains("carried the backends"), "{log}");
+    assert_eq!(map_type(&topo, "WEIR_BACKEND")?, "array");
     let p = topo.probe("tcp", &format!("{VIP}:80"), 40)?;
     assert_eq!((p.ok, p.backends.len()), (40, 2), "{p:?}");
 
     agent.stop(libc::SIGTERM)?;
     cleanup(&topo)?;
     let agent = Agent::start(&topo, &[])?;
-    // The log goes on from the first agent's: its two warnings, no more.
+    // The log goes on from the first agent's: its warning, no more.
     let log = agent.log_text();
-    assert_eq!(log.matches("allocates per entry").count(), 2, "{log}");
-    for name in ["WEIR_SVC", "WEIR_BACKEND"] {
-        assert_eq!(map_flags(&topo, name)?, 0, "{name}");
-    }
+    assert_eq!(log.matches("allocates per entry").count(), 1, "{log}");
+    assert_eq!(map_flags(&topo, "WEIR_SVC")?, 0);
     // One entry a frontend, sized like the services map: allocated as used.
     assert_eq!(map_flags(&topo, "WEIR_REVNAT")?, NO_PREALLOC);
     let p = topo.probe("tcp", &format!("{VIP}:80"), 40)?;

@@ -9,7 +9,7 @@ use std::{
 };
 
 use anyhow::{Context as _, Result, ensure};
-use aya::maps::{HashMap, Map, MapData};
+use aya::maps::{Array, HashMap, Map, MapData};
 use weir_abi::{
     Addr, Backend, PROTO_TCP, SCOPE_ALL, SVC_F_MAGLEV, ServiceKey, ServiceValue,
     maglev::{CHUNK, MaglevChunk, MaglevKey, flow_hash},
@@ -41,7 +41,7 @@ fn svc() -> Svc {
 /// One agent's maps, read from its pins: what its programs would pick.
 struct Pinned {
     services: HashMap<MapData, ServiceKey, ServiceValue>,
-    backends: HashMap<MapData, u32, Backend>,
+    backends: Array<MapData, Backend>,
     /// `WEIR_MAGLEV` as read once: (rev-NAT id, chunk) → chunk.
     chunks: BTreeMap<(u32, u32), MaglevChunk>,
 }
@@ -53,7 +53,7 @@ impl Pinned {
             MapData::from_pin(&p).with_context(|| format!("opening {}", p.display()))
         };
         let services = HashMap::try_from(Map::HashMap(data(weir_abi::MAP_SERVICES)?))?;
-        let backends = HashMap::try_from(Map::HashMap(data(weir_abi::MAP_BACKENDS)?))?;
+        let backends = Array::try_from(Map::Array(data(weir_abi::MAP_BACKENDS)?))?;
         let maglev: HashMap<MapData, MaglevKey, MaglevChunk> =
             HashMap::try_from(Map::HashMap(data(weir_abi::MAP_MAGLEV)?))?;
         let chunks = maglev
@@ -92,8 +92,9 @@ impl LbMapsView for Pinned {
     fn service(&self, key: &ServiceKey) -> Option<ServiceValue> {
         self.services.get(key, 0).ok()
     }
+    // As the programs read it: zeros are a free id.
     fn backend(&self, id: u32) -> Option<Backend> {
-        self.backends.get(&id, 0).ok()
+        self.backends.get(&id, 0).ok().filter(|b| b.rev_nat_id != 0)
     }
     // As the programs look a position up.
     fn maglev(&self, rev_nat_id: u32, index: u32) -> Option<u32> {
