@@ -47,13 +47,23 @@ impl LegacyBackends {
         if !aside.exists() {
             return Ok(None);
         }
-        let data = MapData::from_pin(&aside).map_err(|e| err(io::Error::other(e)))?;
-        let map: HashMap<MapData, u32, Backend> =
-            HashMap::try_from(Map::HashMap(data)).map_err(|e| err(io::Error::other(e)))?;
-        let mut entries = map
-            .iter()
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| err(io::Error::other(e)))?;
+        let read = || -> Result<Vec<(u32, Backend)>, aya::maps::MapError> {
+            let map: HashMap<MapData, u32, Backend> =
+                HashMap::try_from(Map::HashMap(MapData::from_pin(&aside)?))?;
+            map.iter().collect()
+        };
+        let mut entries = match read() {
+            Ok(e) => e,
+            Err(e) => {
+                // Not one this agent can read (another layout): back where
+                // it was, for the type check to refuse with its remedy.
+                warn!(path = %aside.display(), "cannot read an older agent's backends map: {e}");
+                if !pin.exists() {
+                    std::fs::rename(&aside, &pin).map_err(err)?;
+                }
+                return Ok(None);
+            }
+        };
         entries.sort_unstable_by_key(|&(id, _)| id);
         Ok(Some(Self {
             entries,

@@ -445,7 +445,7 @@ fn check_pins(pins: &Pins, opts: &LoadOptions) -> Result<(), LoadError> {
         };
         let types = object.maps.get(name).map(|m| {
             let found = info.map_type().map_or(u32::MAX, |t| t as u32);
-            ("type", found, m.map_type())
+            ("map type (enum bpf_map_type)", found, m.map_type())
         });
         for (what, found, expected) in types.into_iter().chain([
             ("key size", info.key_size(), key as u32),

@@ -332,6 +332,38 @@ fn an_older_agents_backends_hash_is_carried_over_to_the_array() -> Result<()> {
     Ok(())
 }
 
+/// A backends hash of some other layout is not carried over: it goes back
+/// where it was, and the agent refuses to start, naming the pin and the
+/// remedy, rather than serve from a map its programs cannot read.
+#[test]
+fn a_backends_hash_of_another_layout_is_refused_and_left_in_place() -> Result<()> {
+    let topo = Topology::new(1)?;
+    let maps = topo.pin_dir().join("maps");
+    std::fs::create_dir_all(&maps)?;
+    let pin = maps.join(weir_abi::MAP_BACKENDS);
+    let out = Command::new("bpftool")
+        .args(["map", "create"])
+        .arg(&pin)
+        .args(["type", "hash", "key", "4", "value", "16", "entries", "64"])
+        .args(["name", "WEIR_BACKEND"])
+        .output()?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let err = Agent::start(&topo, &[])
+        .err()
+        .expect("the agent refuses the pin");
+    let text = format!("{err:#}");
+    for want in ["WEIR_BACKEND", "map type", "weir-agent cleanup"] {
+        assert!(text.contains(want), "no {want:?} in {text}");
+    }
+    assert_eq!(map_type(&topo, "WEIR_BACKEND")?, "hash");
+    assert!(!maps.join("WEIR_BACKEND_LEGACY").exists());
+    Ok(())
+}
+
 /// Earlier agents pinned the services and backends maps unpreallocated, and
 /// the backends map as a hash. A new agent takes the services map over as it
 /// is (the layout is the same) and says how to get the faster kind; it
