@@ -64,8 +64,38 @@ impl Stored {
         &self.item
     }
 
-    /// The JSON of the whole object: the type meta, then the item's fields.
-    pub fn write_object(&self, out: &mut Vec<u8>) {
+    /// The JSON of the whole object (the type meta, then the item's
+    /// fields), in parts that outlive the store's lock: a watch takes its
+    /// initial events' parts under the lock and writes them as the client
+    /// reads (see `watch::Initial`).
+    pub fn object_parts(&self) -> ObjectParts {
+        let mut meta = Vec::new();
+        for key in ["kind", "apiVersion"] {
+            if let Some(v) = self.value.get(key) {
+                if !meta.is_empty() {
+                    meta.push(b',');
+                }
+                let _ = serde_json::to_writer(&mut meta, key);
+                meta.push(b':');
+                let _ = serde_json::to_writer(&mut meta, v);
+            }
+        }
+        ObjectParts {
+            meta,
+            item: self.item.clone(),
+        }
+    }
+}
+
+/// An object's JSON in two parts: its type meta's fields, and the item
+/// (shared with the store, not copied).
+pub struct ObjectParts {
+    meta: Vec<u8>,
+    item: Bytes,
+}
+
+impl ObjectParts {
+    pub fn write(&self, out: &mut Vec<u8>) {
         let Some(fields) = self
             .item
             .strip_prefix(b"{")
@@ -75,19 +105,8 @@ impl Stored {
             return;
         };
         out.push(b'{');
-        let mut first = true;
-        for key in ["kind", "apiVersion"] {
-            if let Some(v) = self.value.get(key) {
-                if !first {
-                    out.push(b',');
-                }
-                first = false;
-                let _ = serde_json::to_writer(&mut *out, key);
-                out.push(b':');
-                let _ = serde_json::to_writer(&mut *out, v);
-            }
-        }
-        if !fields.is_empty() && !first {
+        out.extend_from_slice(&self.meta);
+        if !fields.is_empty() && !self.meta.is_empty() {
             out.push(b',');
         }
         out.extend_from_slice(fields);
@@ -419,7 +438,7 @@ mod tests {
             let got: Value = serde_json::from_slice(s.item()).unwrap();
             assert_eq!(got, item, "list item of {v}");
             let mut out = Vec::new();
-            s.write_object(&mut out);
+            s.object_parts().write(&mut out);
             let got: Value = serde_json::from_slice(&out).unwrap();
             assert_eq!(got, v, "whole object");
         }
