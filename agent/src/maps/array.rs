@@ -312,41 +312,13 @@ fn to_io(e: AyaMapError) -> io::Error {
 /// Against the kernel: needs root (CAP_BPF), as every datapath test does.
 #[cfg(test)]
 mod tests {
-    use std::os::fd::{FromRawFd as _, OwnedFd};
-
     use weir_abi::Backend;
 
     use super::*;
 
     /// An unpinned array of `Backend`s, gone with its fd.
     fn array(max_entries: u32, flags: u32) -> MmapArray<Backend> {
-        #[repr(C)]
-        struct CreateAttr {
-            map_type: u32,
-            key_size: u32,
-            value_size: u32,
-            max_entries: u32,
-            map_flags: u32,
-        }
-        let attr = CreateAttr {
-            map_type: BPF_MAP_TYPE_ARRAY,
-            key_size: 4,
-            value_size: size_of::<Backend>() as u32,
-            max_entries,
-            map_flags: flags,
-        };
-        // SAFETY: a valid `bpf_attr` prefix for BPF_MAP_CREATE.
-        let fd = unsafe {
-            libc::syscall(
-                libc::SYS_bpf,
-                0,
-                std::ptr::from_ref(&attr),
-                size_of::<CreateAttr>(),
-            )
-        };
-        assert!(fd >= 0, "BPF_MAP_CREATE: {}", io::Error::last_os_error());
-        // SAFETY: a new fd that nothing else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+        let fd = super::super::batch::create_map::<Backend>(BPF_MAP_TYPE_ARRAY, max_entries, flags);
         MmapArray::from_data(MapData::from_fd(fd).unwrap()).unwrap()
     }
 

@@ -216,47 +216,55 @@ impl<K: aya::Pod, V: aya::Pod> Iterator for BatchIter<'_, K, V> {
     }
 }
 
+/// An unpinned map of `u32 → V`, for tests against the kernel; gone with
+/// its fd.
+#[cfg(test)]
+pub(super) fn create_map<V>(map_type: u32, max_entries: u32, flags: u32) -> OwnedFd {
+    use std::os::fd::FromRawFd as _;
+    const BPF_MAP_CREATE: libc::c_long = 0;
+    #[repr(C)]
+    struct CreateAttr {
+        map_type: u32,
+        key_size: u32,
+        value_size: u32,
+        max_entries: u32,
+        map_flags: u32,
+    }
+    let attr = CreateAttr {
+        map_type,
+        key_size: size_of::<u32>() as u32,
+        value_size: size_of::<V>() as u32,
+        max_entries,
+        map_flags: flags,
+    };
+    // SAFETY: a valid `bpf_attr` prefix for BPF_MAP_CREATE.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_MAP_CREATE,
+            std::ptr::from_ref(&attr),
+            size_of::<CreateAttr>(),
+        )
+    };
+    assert!(fd >= 0, "BPF_MAP_CREATE: {}", io::Error::last_os_error());
+    // SAFETY: a new fd that nothing else owns.
+    unsafe { OwnedFd::from_raw_fd(fd as i32) }
+}
+
 /// Against the kernel: needs root (CAP_BPF), as every datapath test does.
 #[cfg(test)]
 mod tests {
-    use std::{collections::BTreeMap, os::fd::FromRawFd as _};
+    use std::collections::BTreeMap;
 
     use weir_abi::Backend;
 
     use super::*;
 
-    const BPF_MAP_CREATE: libc::c_long = 0;
     const BPF_MAP_TYPE_HASH: u32 = 1;
 
     /// An unpinned hash map of `u32 → Backend`, gone with its fd.
     fn hash_map(max_entries: u32) -> Batch<u32, Backend> {
-        #[repr(C)]
-        struct CreateAttr {
-            map_type: u32,
-            key_size: u32,
-            value_size: u32,
-            max_entries: u32,
-            map_flags: u32,
-        }
-        let attr = CreateAttr {
-            map_type: BPF_MAP_TYPE_HASH,
-            key_size: size_of::<u32>() as u32,
-            value_size: size_of::<Backend>() as u32,
-            max_entries,
-            map_flags: 0,
-        };
-        // SAFETY: a valid `bpf_attr` prefix for BPF_MAP_CREATE.
-        let fd = unsafe {
-            libc::syscall(
-                libc::SYS_bpf,
-                BPF_MAP_CREATE,
-                std::ptr::from_ref(&attr),
-                size_of::<CreateAttr>(),
-            )
-        };
-        assert!(fd >= 0, "BPF_MAP_CREATE: {}", io::Error::last_os_error());
-        // SAFETY: a new fd that nothing else owns.
-        Batch::new(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+        Batch::new(create_map::<Backend>(BPF_MAP_TYPE_HASH, max_entries, 0))
     }
 
     fn backend(i: u32) -> Backend {
