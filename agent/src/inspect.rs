@@ -15,7 +15,7 @@ use weir_abi::{
 
 use crate::{
     hash::HashMap,
-    maps::{self, labels::LabelView, pinned::PinnedMaps},
+    maps::{self, array::is_zero, labels::LabelView, pinned::PinnedMaps},
     model::Protocol,
     parallel,
 };
@@ -244,8 +244,7 @@ fn frontend(k: &ServiceKey) -> ServiceKey {
 
 impl BackendIndex {
     fn backend(&self, id: u32) -> Option<&Backend> {
-        let b = self.by_id.get(id as usize)?;
-        (*b != Backend::default()).then_some(b)
+        self.by_id.get(id as usize).filter(|b| !is_zero(*b))
     }
 }
 
@@ -253,7 +252,7 @@ fn index_backends(backends: Vec<Backend>) -> BackendIndex {
     let mut draining: HashMap<u32, Vec<BackendView>> = HashMap::default();
     for b in backends
         .iter()
-        .filter(|b| b.state == BACKEND_STATE_DRAINING && b.rev_nat_id != 0)
+        .filter(|b| b.state == BACKEND_STATE_DRAINING)
     {
         draining
             .entry(b.rev_nat_id)

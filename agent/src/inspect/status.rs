@@ -179,7 +179,6 @@ fn count<K: aya::Pod, V: aya::Pod>(pin: &Path) -> Option<(u64, u32)> {
     Some((n, info.max_entries()))
 }
 
-/// The source-range trie has no batch commands: walked key by key.
 /// The backends array: its backends, and its capacity without id 0.
 fn count_backends(pin: &Path) -> Option<(u64, u32)> {
     let a = crate::maps::array::MmapArray::<Backend>::open(pin).ok()?;
@@ -187,6 +186,7 @@ fn count_backends(pin: &Path) -> Option<(u64, u32)> {
     Some((n as u64, a.max_entries().saturating_sub(1)))
 }
 
+/// The source-range trie has no batch commands: walked key by key.
 fn count_trie(pin: &Path) -> Option<(u64, u32)> {
     let data = MapData::from_pin(pin).ok()?;
     let capacity = data.info().ok()?.max_entries();
