@@ -110,8 +110,8 @@ pub(crate) struct RunArgs {
     pub(crate) proc_root: PathBuf,
     #[command(flatten)]
     pub(crate) bpffs: BpffsArg,
-    /// Capacity of the services map: master entries plus one slot per backend of
-    /// every frontend.
+    /// Capacity of the services map: a master entry per frontend, which holds
+    /// its first 11 backends, plus a slot per 11 backends past those.
     #[arg(long, value_name = "N", default_value_t = weir_abi::DEFAULT_MAX_SERVICES)]
     pub(crate) max_services: u32,
     /// Capacity of the backends map.

@@ -10,7 +10,7 @@ use serde::Serialize;
 use weir_abi::{
     BACKEND_STATE_ACTIVE, BACKEND_STATE_DRAINING, BACKEND_STATE_TERMINATING, Backend,
     SCOPE_EXTERNAL, SVC_F_AFFINITY, SVC_F_EXTERNAL, SVC_F_LOCAL, SVC_F_NODEPORT, SVC_F_SRC_RANGES,
-    ServiceKey, ServiceValue, StatValue, SvcLabel,
+    SVC_IDS, ServiceKey, ServiceValue, StatValue, SvcLabel,
 };
 
 use crate::{
@@ -199,15 +199,14 @@ fn frontends(entries: &[(ServiceKey, ServiceValue)], index: &BackendIndex) -> Ve
         let Some(&(k, master)) = group.first().filter(|(k, _)| k.slot == 0) else {
             continue;
         };
-        let slots = &group[1..];
-        let used =
-            u16::try_from(u32::from(master.count) + u32::from(master.qcount)).unwrap_or(u16::MAX);
-        let mut backends: Vec<BackendView> = (1..=used)
-            .map(|slot| {
-                slots
-                    .binary_search_by_key(&slot, |(k, _)| k.slot)
+        let used = usize::from(master.count) + usize::from(master.qcount);
+        let mut backends: Vec<BackendView> = (0..used)
+            .map(|position| {
+                let slot = u16::try_from(position / SVC_IDS).ok();
+                group
+                    .binary_search_by_key(&slot, |(k, _)| Some(k.slot))
                     .ok()
-                    .and_then(|i| index.backend(slots[i].1.backend_id))
+                    .and_then(|i| index.backend(group[i].1.ids[position % SVC_IDS]))
                     .map_or(BackendView::MISSING, BackendView::of)
             })
             .collect();
@@ -461,30 +460,27 @@ mod tests {
             ("10.0.0.10", 80, PROTO_TCP),
             ("10.0.0.2", 443, PROTO_TCP),
         ];
+        // 13 backends each: 11 in the master, 2 in slot 1.
         for (i, (addr, port, proto)) in frontends.into_iter().enumerate() {
             let rev_nat_id = u32::try_from(i).unwrap() + 1;
-            s.services.insert(
-                key(addr, port, proto, 0),
-                ServiceValue {
-                    count: 3,
-                    rev_nat_id,
-                    ..ServiceValue::default()
-                },
-            );
-            for slot in 1..=3u16 {
-                let id = rev_nat_id * 10 + u32::from(slot);
-                s.services.insert(
-                    key(addr, port, proto, slot),
-                    ServiceValue {
-                        backend_id: id,
-                        rev_nat_id,
-                        ..ServiceValue::default()
-                    },
-                );
+            let ids: Vec<u32> = (0..13).map(|p| rev_nat_id * 100 + p).collect();
+            let mut values = [0, 1].map(|_| ServiceValue {
+                rev_nat_id,
+                ..ServiceValue::default()
+            });
+            for (v, chunk) in values.iter_mut().zip(ids.chunks(SVC_IDS)) {
+                v.ids[..chunk.len()].copy_from_slice(chunk);
+            }
+            values[0].count = 13;
+            for (slot, v) in values.into_iter().enumerate() {
+                s.services
+                    .insert(key(addr, port, proto, u16::try_from(slot).unwrap()), v);
+            }
+            for id in ids {
                 s.backends.insert(
                     id,
                     Backend {
-                        addr: Addr::from(IpAddr::from([10, 1, 0, u8::try_from(id).unwrap()])),
+                        addr: Addr::from(IpAddr::from([10, 1, (id / 100) as u8, (id % 100) as u8])),
                         port: 8000u16.to_be(),
                         proto,
                         rev_nat_id,
@@ -495,7 +491,7 @@ mod tests {
         }
         // A slot past the count and one without a master are not shown.
         s.services
-            .insert(key("10.0.0.2", 53, PROTO_TCP, 4), ServiceValue::default());
+            .insert(key("10.0.0.2", 53, PROTO_TCP, 2), ServiceValue::default());
         s.services
             .insert(key("10.0.0.3", 53, PROTO_TCP, 1), ServiceValue::default());
         let got: Vec<(String, Vec<String>)> = views(s)
@@ -518,8 +514,8 @@ mod tests {
         .map(|(fe, rev_nat_id)| {
             (
                 fe.to_owned(),
-                (1..=3)
-                    .map(|slot| format!("10.1.0.{}", rev_nat_id * 10 + slot))
+                (0..13)
+                    .map(|p| format!("10.1.{rev_nat_id}.{p}"))
                     .collect::<Vec<_>>(),
             )
         });
@@ -535,6 +531,8 @@ mod tests {
             proto: PROTO_TCP,
             ..ServiceKey::default()
         };
+        let mut ids = [0; SVC_IDS];
+        ids[0] = 9;
         s.services.insert(
             fe,
             ServiceValue {
@@ -542,14 +540,7 @@ mod tests {
                 rev_nat_id: 1,
                 flags: SVC_F_EXTERNAL | SVC_F_NODEPORT | SVC_F_LOCAL | SVC_F_AFFINITY,
                 affinity_timeout: 300,
-                ..ServiceValue::default()
-            },
-        );
-        s.services.insert(
-            ServiceKey { slot: 1, ..fe },
-            ServiceValue {
-                backend_id: 9,
-                rev_nat_id: 1,
+                ids,
                 ..ServiceValue::default()
             },
         );

@@ -189,7 +189,7 @@ fuzz_target!(|ops: Vec<Op>| {
             let master = maps.state.services[&service_key(fe, 0)];
             if master.flags & weir_abi::SVC_F_MAGLEV != 0 {
                 let addr = service_key(fe, 0).addr;
-                let by_table: BTreeSet<check::Endpoint> = (0..master.backend_id)
+                let by_table: BTreeSet<check::Endpoint> = (0..master.table_size)
                     .map(|h| {
                         let p = weir_abi::pick::maglev_backend(&maps.state, &master, &addr, h)
                             .unwrap_or_else(|| panic!("{ctx}: position {h} has no backend"));

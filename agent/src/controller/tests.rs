@@ -348,15 +348,16 @@ fn with_backends(name: &str, ip: [u8; 4], backends: u8) -> Vec<Change> {
 
 #[test]
 fn a_full_map_is_reported_once_though_its_counts_change() {
-    // A master and three slots each: the second Service does not fit, and
+    // 34 backends, a master and three slots each (11 a entry): the second
+    // Service does not fit, and
     // refusing its frontend takes the one entry left, so the retry reads
     // "5 of 5 in use, needs 3 more" where the first try read "4 of 5, 4".
     let (reports, mut rx) = Reports::channel(16);
     let mut ctl = strict(5, |_| {});
     ctl.hooks.reports = reports;
     let mut dirty = BTreeSet::new();
-    let mut changes = with_backends("fits", [10, 96, 0, 1], 3);
-    changes.extend(with_backends("toobig", [10, 96, 0, 2], 3));
+    let mut changes = with_backends("fits", [10, 96, 0, 1], 34);
+    changes.extend(with_backends("toobig", [10, 96, 0, 2], 34));
     ctl.handle(SourceMsg::Changes(changes), &mut dirty);
     ctl.sync(dirty);
     let toobig = ServiceId::new("default", "toobig");

@@ -12,7 +12,7 @@ use tracing::{info, warn};
 
 use super::{
     devices::{Devices, Pattern},
-    legacy::LegacyBackends,
+    legacy::Legacy,
     netdev::Acceleration,
     pins::Pins,
     sock,
@@ -186,11 +186,9 @@ impl Datapath {
     pub fn load(opts: &LoadOptions) -> Result<Self, LoadError> {
         let pins = &opts.pins;
         prepare_dirs(pins)?;
-        let legacy = LegacyBackends::take(pins)?;
+        let legacy = Legacy::take(pins)?;
         if let Err(e) = check_pins(pins, opts) {
-            if let Some(l) = legacy {
-                l.restore();
-            }
+            legacy.restore();
             return Err(e);
         }
         // Devices and the cgroup are checked before anything is loaded, so a
@@ -220,16 +218,12 @@ impl Datapath {
         let mut ebpf = match ebpf {
             Ok(e) => e,
             Err(e) => {
-                if let Some(l) = legacy {
-                    l.restore();
-                }
+                legacy.restore();
                 return Err(LoadError::Load(e));
             }
         };
-        // Before any new program can read the array.
-        if let Some(l) = legacy {
-            l.finish()?;
-        }
+        // Before any new program can read the new maps.
+        legacy.finish()?;
 
         // Timeouts first: the programs read them for the first flow.
         write_config(&mut ebpf, opts.datapath_config())?;

@@ -9,6 +9,13 @@ use weir_abi::{Addr, BACKEND_STATE_ACTIVE, BACKEND_STATE_DRAINING, BACKEND_STATE
 use super::Snapshot;
 use crate::model::Protocol;
 
+/// An entry's backend ids, without the zeros that end them.
+fn ids(ids: &[u32]) -> String {
+    let end = ids.iter().rposition(|&id| id != 0).map_or(0, |i| i + 1);
+    let named: Vec<String> = ids[..end].iter().map(u32::to_string).collect();
+    named.join(",")
+}
+
 pub fn render(s: &Snapshot) -> String {
     let mut out = String::new();
     for (k, v) in &s.services {
@@ -35,15 +42,20 @@ pub fn render(s: &Snapshot) -> String {
             if v.affinity_timeout != 0 {
                 let _ = write!(out, " affinity={}s", v.affinity_timeout);
             }
-            if v.backend_id != 0 {
-                let _ = write!(out, " table={}", v.backend_id);
+            if v.table_size != 0 {
+                let _ = write!(out, " table={}", v.table_size);
+            }
+            if v.ids != [0; weir_abi::SVC_IDS] {
+                let _ = write!(out, " backends={}", ids(&v.ids));
             }
             out.push('\n');
         } else {
             let _ = writeln!(
                 out,
-                "svc     {fe} slot={} backend={} revnat={}",
-                k.slot, v.backend_id, v.rev_nat_id
+                "svc     {fe} slot={} backends={} revnat={}",
+                k.slot,
+                ids(&v.ids),
+                v.rev_nat_id
             );
         }
     }

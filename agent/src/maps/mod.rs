@@ -134,6 +134,27 @@ pub struct Snapshot {
     pub maglev: BTreeMap<u32, std::sync::Arc<[u32]>>,
 }
 
+impl Snapshot {
+    /// The backend ids frontend `key` (any slot) names, in position order:
+    /// what its master counts, read from the master and its slots as the
+    /// datapath reads them. 0 where a slot is missing.
+    pub fn positions(&self, key: ServiceKey) -> Vec<u32> {
+        let master_key = ServiceKey { slot: 0, ..key };
+        let Some(master) = self.services.get(&master_key) else {
+            return Vec::new();
+        };
+        let used = usize::from(master.count) + usize::from(master.qcount);
+        (0..used)
+            .map(|p| {
+                let slot = u16::try_from(p / weir_abi::SVC_IDS).unwrap_or(u16::MAX);
+                self.services
+                    .get(&ServiceKey { slot, ..master_key })
+                    .map_or(0, |v| v.ids[p % weir_abi::SVC_IDS])
+            })
+            .collect()
+    }
+}
+
 /// One entry of the source-range trie: a prefix of `(rev_nat_id, address)`.
 /// The value is always 1; presence is what the datapath checks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -4,7 +4,7 @@
 //! planner to the same oracle; that is the only reason this is public.
 use std::{collections::BTreeSet, net::IpAddr};
 
-use weir_abi::{Backend as AbiBackend, ServiceValue};
+use weir_abi::{Backend as AbiBackend, SVC_IDS, ServiceValue};
 
 use super::service_key;
 use crate::{
@@ -66,7 +66,7 @@ pub fn pickable(bs: &[Backend]) -> BTreeSet<Endpoint> {
     }
 }
 
-/// The number of slots `pick_in` chooses from.
+/// The number of positions `pick_in` chooses from.
 pub fn live(master: &ServiceValue) -> u16 {
     if master.count > 0 {
         master.count
@@ -77,10 +77,11 @@ pub fn live(master: &ServiceValue) -> u16 {
 
 /// Checks `pick_backend` of ebpf/programs/src/sock.rs while `states` are
 /// written one after another, each of its lookups seeing its own state, never
-/// an older one than the lookup before: the master at `i`, the slot at
-/// `j >= i`, the backend at `m >= j`. When the slot or the backend is gone, the
-/// program re-reads the master and tries once more, at states from the failure
-/// on. Every connection must reach a backend in `allowed`.
+/// an older one than the lookup before: the master at `i`, the slot holding
+/// the position (if not the master itself) at `j >= i`, the backend at
+/// `m >= j`. When the slot or the backend is gone, the program re-reads the
+/// master and tries once more, at states from the failure on. Every
+/// connection must reach a backend in `allowed`.
 pub fn check_torn_reads(
     states: &[Snapshot],
     fe: Frontend,
@@ -100,17 +101,26 @@ pub fn check_torn_reads(
             m
         })
         .collect();
-    // None: the lookup failed and the program re-reads the master. A
-    // draining backend in a slot is no pick either (`pick_in`).
-    let lookup = |slot: u16, j: usize, m: usize| -> Option<Option<AbiBackend>> {
-        let v = states[j].services.get(&key(slot))?;
-        Some(
-            states[m]
-                .backends
-                .get(&v.backend_id)
-                .filter(|b| b.state != weir_abi::BACKEND_STATE_DRAINING)
-                .copied(),
-        )
+    // The states a reader holding master `i` reads position `p`'s entry at:
+    // the master's own copy, or its slot at any later state.
+    let entry_states = |p: usize, i: usize| if p < SVC_IDS { i..=i } else { i..=last };
+    // None: the slot is gone and the program re-reads the master.
+    let id_at = |p: usize, i: usize, j: usize| -> Option<u32> {
+        let slot = u16::try_from(p / SVC_IDS).expect("a position of a u16 count");
+        let v = if slot == 0 {
+            masters[i]
+        } else {
+            *states[j].services.get(&key(slot))?
+        };
+        Some(v.ids[p % SVC_IDS])
+    };
+    // None: gone, or draining, which is no pick either (`pick_in`).
+    let backend = |id: u32, m: usize| {
+        states[m]
+            .backends
+            .get(&id)
+            .filter(|b| b.state != weir_abi::BACKEND_STATE_DRAINING)
+            .copied()
     };
     let reaches = |b: AbiBackend, at: &str| {
         assert!(
@@ -121,35 +131,35 @@ pub fn check_torn_reads(
     // A second attempt that starts at state k succeeds whatever the timing.
     let mut retry_ok = vec![true; states.len() + 1];
     for k in (0..=last).rev() {
-        let ok = (1..=live(&masters[k])).all(|s| {
-            (k..=last).all(|j| {
-                (j..=last).all(|m| match lookup(s, j, m) {
-                    Some(Some(b)) => {
+        let ok = (0..usize::from(live(&masters[k]))).all(|p| {
+            entry_states(p, k).all(|j| {
+                (j..=last).all(|m| match id_at(p, k, j).and_then(|id| backend(id, m)) {
+                    Some(b) => {
                         reaches(b, &format!("retry at {k}"));
                         true
                     }
-                    _ => false,
+                    None => false,
                 })
             })
         });
         retry_ok[k] = ok && retry_ok[k + 1];
     }
     for (i, master) in masters.iter().enumerate() {
-        for s in 1..=live(master) {
-            for j in i..=last {
-                if !states[j].services.contains_key(&key(s)) {
+        for p in 0..usize::from(live(master)) {
+            for j in entry_states(p, i) {
+                let Some(id) = id_at(p, i, j) else {
                     assert!(
                         retry_ok[j],
-                        "{ctx}: master@{i} slot {s}@{j} is gone and the retry can fail too"
+                        "{ctx}: master@{i} position {p}@{j} is gone and the retry can fail too"
                     );
                     continue;
-                }
+                };
                 for (m, &retry) in retry_ok.iter().enumerate().take(last + 1).skip(j) {
-                    match lookup(s, j, m).flatten() {
-                        Some(b) => reaches(b, &format!("master@{i} slot {s}@{j} backend@{m}")),
+                    match backend(id, m) {
+                        Some(b) => reaches(b, &format!("master@{i} position {p}@{j} backend@{m}")),
                         None => assert!(
                             retry,
-                            "{ctx}: master@{i} slot {s}@{j} backend@{m} is gone and the retry can fail too"
+                            "{ctx}: master@{i} position {p}@{j} backend@{m} is gone and the retry can fail too"
                         ),
                     }
                 }

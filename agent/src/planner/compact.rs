@@ -4,12 +4,13 @@
 //! change as a diff and to roll a failed one back. As two `BTreeMap`s per
 //! frontend that was 58 MB of leaves at 100k Services × 10 endpoints, and
 //! most of it repeated what the frontend already says: a slot value only
-//! names a backend (every other field is the rev-NAT id or zero), and every
+//! names backends (every other field is the rev-NAT id or zero), and every
 //! backend carries its frontend's protocol and rev-NAT id, mostly with an
 //! IPv4 address in 16 bytes.
 //!
-//! So what [`super::FrontendImage::build`] writes is held as backend ids in
-//! slot order (4 bytes a slot) and, per backend, id, address, port and state
+//! So what [`super::FrontendImage::build`] writes is held as the master's
+//! fields and the backend ids in position order (4 bytes a backend), and,
+//! per backend, id, address, port and state
 //! (12 bytes for IPv4, 24 for IPv6); values are rebuilt on read. Anything
 //! else (entries restored from maps an older agent wrote, or left by a
 //! failed rollback) is held as it is, in a map: correctness never depends
@@ -18,75 +19,105 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use weir_abi::{Addr, Backend, ServiceValue};
+use weir_abi::{Addr, Backend, SVC_IDS, ServiceValue};
 
 /// Services-map values by slot; slot 0 is the master.
 #[derive(Clone, Default, PartialEq, Eq)]
-pub struct Slots {
-    master: Option<ServiceValue>,
-    rest: SlotRest,
-}
+pub struct Slots(SlotRepr);
 
 #[derive(Clone, PartialEq, Eq)]
-enum SlotRest {
-    /// Slot `i + 1` is `{ backend_id: ids[i], rev_nat_id }`, all else zero.
-    Plain { rev_nat_id: u32, ids: Box<[u32]> },
-    /// Any other slots, by slot (never slot 0).
+enum SlotRepr {
+    /// The master is `head` with the first [`SVC_IDS`] of `ids`; slot `s`
+    /// is `{ rev_nat_id, ids: ids[s * SVC_IDS ..] }`, all else zero, for as
+    /// many slots as `ids` fills.
+    Plain { head: Head, ids: Box<[u32]> },
+    /// Any other entries, by slot (the master's included).
     Explicit(BTreeMap<u16, ServiceValue>),
 }
 
-impl Default for SlotRest {
+impl Default for SlotRepr {
     fn default() -> Self {
-        Self::Plain {
-            rev_nat_id: 0,
-            ids: Box::default(),
+        Self::Explicit(BTreeMap::new())
+    }
+}
+
+/// A master without its ids: 20 bytes where the value takes 64.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Head {
+    table_size: u32,
+    count: u16,
+    qcount: u16,
+    rev_nat_id: u32,
+    flags: u16,
+    affinity_timeout: u32,
+}
+
+impl Head {
+    fn of(v: &ServiceValue) -> Self {
+        Self {
+            table_size: v.table_size,
+            count: v.count,
+            qcount: v.qcount,
+            rev_nat_id: v.rev_nat_id,
+            flags: v.flags,
+            affinity_timeout: v.affinity_timeout,
+        }
+    }
+
+    fn with(&self, ids: [u32; SVC_IDS]) -> ServiceValue {
+        ServiceValue {
+            table_size: self.table_size,
+            count: self.count,
+            qcount: self.qcount,
+            rev_nat_id: self.rev_nat_id,
+            flags: self.flags,
+            _pad: [0; 2],
+            affinity_timeout: self.affinity_timeout,
+            ids,
         }
     }
 }
 
-/// The value a plain slot holds.
-const fn plain_slot(backend_id: u32, rev_nat_id: u32) -> ServiceValue {
-    ServiceValue {
-        backend_id,
-        count: 0,
-        qcount: 0,
-        rev_nat_id,
-        flags: 0,
-        _pad: [0; 2],
-        affinity_timeout: 0,
-    }
+/// The ids of entry `slot`: `ids[slot * SVC_IDS ..]`, zero past the end.
+fn chunk(ids: &[u32], slot: usize) -> [u32; SVC_IDS] {
+    let mut out = [0; SVC_IDS];
+    let from = (slot * SVC_IDS).min(ids.len());
+    let part = &ids[from..ids.len().min(from + SVC_IDS)];
+    out[..part.len()].copy_from_slice(part);
+    out
+}
+
+/// Entries `ids` takes: the master, and a slot per [`SVC_IDS`] beyond it.
+fn entries_for(ids: usize) -> usize {
+    ids.div_ceil(SVC_IDS).max(1)
 }
 
 impl Slots {
-    /// `master` and slots `1..=ids.len()` naming `ids` in order.
-    pub fn plain(master: Option<ServiceValue>, rev_nat_id: u32, ids: Vec<u32>) -> Self {
-        let rev_nat_id = if ids.is_empty() { 0 } else { rev_nat_id };
-        Self {
-            master,
-            rest: SlotRest::Plain {
-                rev_nat_id,
-                ids: ids.into_boxed_slice(),
-            },
-        }
+    /// `master` holding `ids` in position order, with the slots they spill
+    /// into. The master's own ids are ignored.
+    pub fn plain(master: ServiceValue, ids: Vec<u32>) -> Self {
+        Self(SlotRepr::Plain {
+            head: Head::of(&master),
+            ids: ids.into_boxed_slice(),
+        })
     }
 
     /// Any values by slot, in the compact form when they have one.
-    pub fn from_map(mut map: BTreeMap<u16, ServiceValue>) -> Self {
-        let master = map.remove(&0);
-        let rev_nat_id = map.values().next().map_or(0, |v| v.rev_nat_id);
-        let plain = map
-            .iter()
-            .zip(1u16..)
-            .all(|((&slot, v), want)| slot == want && *v == plain_slot(v.backend_id, rev_nat_id));
-        if plain {
-            let ids = map.values().map(|v| v.backend_id).collect();
-            Self::plain(master, rev_nat_id, ids)
-        } else {
-            Self {
-                master,
-                rest: SlotRest::Explicit(map),
+    pub fn from_map(map: BTreeMap<u16, ServiceValue>) -> Self {
+        if let Some(master) = map.get(&0) {
+            // Ids run on from entry to entry; id 0 is never a backend's, so
+            // the first 0 ends them.
+            let ids: Vec<u32> = map
+                .values()
+                .flat_map(|v| v.ids)
+                .take_while(|&id| id != 0)
+                .collect();
+            let plain = Self::plain(*master, ids);
+            if plain.iter().eq(map.iter().map(|(&s, &v)| (s, v))) {
+                return plain;
             }
         }
+        Self(SlotRepr::Explicit(map))
     }
 
     pub fn to_map(&self) -> BTreeMap<u16, ServiceValue> {
@@ -94,31 +125,42 @@ impl Slots {
     }
 
     pub fn get(&self, slot: u16) -> Option<ServiceValue> {
-        if slot == 0 {
-            return self.master;
-        }
-        match &self.rest {
-            SlotRest::Plain { rev_nat_id, ids } => ids
-                .get(usize::from(slot) - 1)
-                .map(|&id| plain_slot(id, *rev_nat_id)),
-            SlotRest::Explicit(map) => map.get(&slot).copied(),
+        match &self.0 {
+            SlotRepr::Plain { head, ids } => {
+                let s = usize::from(slot);
+                if s >= entries_for(ids.len()) {
+                    return None;
+                }
+                let ids = chunk(ids, s);
+                Some(if s == 0 {
+                    head.with(ids)
+                } else {
+                    slot_value(head.rev_nat_id, ids)
+                })
+            }
+            SlotRepr::Explicit(map) => map.get(&slot).copied(),
         }
     }
 
+    /// The backend id at `position` (see `weir_abi::SVC_IDS`), as a reader
+    /// of these entries finds it.
+    pub fn position(&self, position: usize) -> Option<u32> {
+        let slot = u16::try_from(position / SVC_IDS).ok()?;
+        Some(self.get(slot)?.ids[position % SVC_IDS])
+    }
+
     pub fn contains(&self, slot: u16) -> bool {
-        match (&self.rest, slot) {
-            (_, 0) => self.master.is_some(),
-            (SlotRest::Plain { ids, .. }, _) => usize::from(slot) <= ids.len(),
-            (SlotRest::Explicit(map), _) => map.contains_key(&slot),
+        match &self.0 {
+            SlotRepr::Plain { ids, .. } => usize::from(slot) < entries_for(ids.len()),
+            SlotRepr::Explicit(map) => map.contains_key(&slot),
         }
     }
 
     pub fn len(&self) -> usize {
-        usize::from(self.master.is_some())
-            + match &self.rest {
-                SlotRest::Plain { ids, .. } => ids.len(),
-                SlotRest::Explicit(map) => map.len(),
-            }
+        match &self.0 {
+            SlotRepr::Plain { ids, .. } => entries_for(ids.len()),
+            SlotRepr::Explicit(map) => map.len(),
+        }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -127,24 +169,38 @@ impl Slots {
 
     /// Slots `1..` in order.
     pub fn slots(&self) -> impl Iterator<Item = (u16, ServiceValue)> + '_ {
-        let (plain, explicit) = match &self.rest {
-            SlotRest::Plain { rev_nat_id, ids } => (Some((*rev_nat_id, ids)), None),
-            SlotRest::Explicit(map) => (None, Some(map)),
+        self.iter().filter(|&(s, _)| s != 0)
+    }
+
+    /// Every entry, the master first.
+    pub fn iter(&self) -> impl Iterator<Item = (u16, ServiceValue)> + '_ {
+        let (plain, explicit) = match &self.0 {
+            SlotRepr::Plain { ids, .. } => (Some(0..entries_for(ids.len())), None),
+            SlotRepr::Explicit(map) => (None, Some(map)),
         };
-        let plain = plain.into_iter().flat_map(|(rev, ids)| {
-            ids.iter()
-                .zip(1u16..)
-                .map(move |(&id, slot)| (slot, plain_slot(id, rev)))
+        // Entries are built on the way: a slot's value is not stored.
+        let plain = plain.into_iter().flatten().filter_map(|s| {
+            let slot = u16::try_from(s).ok()?;
+            Some((slot, self.get(slot)?))
         });
         let explicit = explicit
             .into_iter()
             .flat_map(|m| m.iter().map(|(&s, &v)| (s, v)));
         plain.chain(explicit)
     }
+}
 
-    /// Every slot, the master first.
-    pub fn iter(&self) -> impl Iterator<Item = (u16, ServiceValue)> + '_ {
-        self.master.map(|m| (0, m)).into_iter().chain(self.slots())
+/// The value of a slot past the master.
+const fn slot_value(rev_nat_id: u32, ids: [u32; SVC_IDS]) -> ServiceValue {
+    ServiceValue {
+        table_size: 0,
+        count: 0,
+        qcount: 0,
+        rev_nat_id,
+        flags: 0,
+        _pad: [0; 2],
+        affinity_timeout: 0,
+        ids,
     }
 }
 
@@ -386,21 +442,46 @@ mod tests {
             BTreeMap::from([(1, v4), (3, later)]),
             "as a map would"
         );
-        let slots = Slots::plain(Some(plain_slot(0, 7)), 7, vec![9, 3]);
-        assert!(matches!(slots.rest, SlotRest::Plain { .. }));
+        let master = ServiceValue {
+            count: 13,
+            rev_nat_id: 7,
+            ..ServiceValue::default()
+        };
+        let ids: Vec<u32> = (101..=113).collect();
+        let slots = Slots::plain(master, ids.clone());
+        assert!(matches!(slots.0, SlotRepr::Plain { .. }));
+        let entries = slots.iter().collect::<Vec<_>>();
+        let mut first = master;
+        first.ids = std::array::from_fn(|i| ids[i]);
         assert_eq!(
-            slots.iter().collect::<Vec<_>>(),
+            entries,
             [
-                (0, plain_slot(0, 7)),
-                (1, plain_slot(9, 7)),
-                (2, plain_slot(3, 7))
+                (0, first),
+                (1, slot_value(7, [112, 113, 0, 0, 0, 0, 0, 0, 0, 0, 0])),
             ]
         );
         assert_eq!(slots, Slots::from_map(slots.to_map()));
         assert_eq!(
-            (slots.get(3), slots.contains(2), slots.len()),
-            (None, true, 3)
+            (slots.get(2), slots.contains(1), slots.len()),
+            (None, true, 2)
         );
+        assert_eq!(
+            (slots.position(0), slots.position(12), slots.position(13)),
+            (Some(101), Some(113), Some(0))
+        );
+        // No backends: the master alone.
+        let empty = Slots::plain(master, Vec::new());
+        assert_eq!(
+            empty.to_map(),
+            BTreeMap::from([(
+                0,
+                ServiceValue {
+                    ids: [0; SVC_IDS],
+                    ..master
+                }
+            )])
+        );
+        assert_eq!(empty, Slots::from_map(empty.to_map()));
     }
 
     #[test]
@@ -414,15 +495,24 @@ mod tests {
         let b = Backends::from_map(mixed.clone());
         assert!(matches!(b.0, BackendRepr::Explicit(_)));
         assert_eq!(b.to_map(), mixed);
-        let mut flagged = plain_slot(4, 7);
+        let one = |ids: &[u32], rev| {
+            let mut v = slot_value(rev, [0; SVC_IDS]);
+            v.ids[..ids.len()].copy_from_slice(ids);
+            v
+        };
+        let full: Vec<u32> = (1..=11).collect();
+        let mut flagged = one(&[4], 7);
         flagged.flags = 1;
         for map in [
-            BTreeMap::from([(1, plain_slot(4, 7)), (3, plain_slot(5, 7))]),
-            BTreeMap::from([(1, plain_slot(4, 7)), (2, plain_slot(5, 8))]),
-            BTreeMap::from([(0, plain_slot(0, 7)), (1, flagged)]),
+            // No master; a slot after a master that is not full; another
+            // rev-NAT id; flags on a slot.
+            BTreeMap::from([(1, one(&[4], 7))]),
+            BTreeMap::from([(0, one(&[4], 7)), (1, one(&[5], 7))]),
+            BTreeMap::from([(0, one(&full, 7)), (1, one(&[5], 8))]),
+            BTreeMap::from([(0, one(&full, 7)), (1, flagged)]),
         ] {
             let s = Slots::from_map(map.clone());
-            assert!(matches!(s.rest, SlotRest::Explicit(_)), "{map:?}");
+            assert!(matches!(s.0, SlotRepr::Explicit(_)), "{map:?}");
             assert_eq!(s.to_map(), map);
             assert!(map.keys().all(|&k| s.get(k) == map.get(&k).copied()));
             assert_eq!(s.len(), map.len());

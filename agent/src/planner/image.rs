@@ -150,7 +150,7 @@ impl FrontendImage {
                 // does, so nothing new picks it.
                 BackendState::Draining => continue,
             }
-            // Slot `count + qcount`: actives first, then terminating ones.
+            // Position `count + qcount - 1`: actives first, then terminating ones.
             slots.push(id);
         }
         image.backends = Backends::from_unsorted(backends);
@@ -184,7 +184,7 @@ impl FrontendImage {
             flags |= SVC_F_MAGLEV;
         }
         let master = ServiceValue {
-            backend_id: table_size.unwrap_or(0),
+            table_size: table_size.unwrap_or(0),
             count,
             qcount,
             rev_nat_id,
@@ -192,7 +192,7 @@ impl FrontendImage {
             affinity_timeout,
             ..ServiceValue::default()
         };
-        image.services = Slots::plain(Some(master), rev_nat_id, slots);
+        image.services = Slots::plain(master, slots);
         image.maglev = maglev::wanted(&image).map(Arc::new);
         image
     }

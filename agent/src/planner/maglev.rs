@@ -65,9 +65,9 @@ pub fn members(image: &FrontendImage) -> Vec<Member> {
     } else {
         master.qcount
     };
-    let mut out: Vec<Member> = (1..=n)
-        .filter_map(|slot| {
-            let id = image.services.get(slot)?.backend_id;
+    let mut out: Vec<Member> = (0..usize::from(n))
+        .filter_map(|position| {
+            let id = image.services.position(position)?;
             let b = image.backends.get(id)?;
             Some(Member {
                 addr: b.addr,
@@ -82,8 +82,8 @@ pub fn members(image: &FrontendImage) -> Vec<Member> {
 
 /// The table size the master asks for, if it has a table (`SVC_F_MAGLEV`).
 pub const fn size_of(master: &ServiceValue) -> Option<u32> {
-    if master.flags & weir_abi::SVC_F_MAGLEV != 0 && master.backend_id != 0 {
-        Some(master.backend_id)
+    if master.flags & weir_abi::SVC_F_MAGLEV != 0 && master.table_size != 0 {
+        Some(master.table_size)
     } else {
         None
     }

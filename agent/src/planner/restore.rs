@@ -5,6 +5,8 @@ use std::{
     net::IpAddr,
 };
 
+use weir_abi::SVC_IDS;
+
 use super::{FrontendImage, Ids, ImageParts, maglev};
 use crate::{
     maps::{MapOp, Snapshot},
@@ -51,10 +53,9 @@ pub fn restore(s: &Snapshot) -> Restored {
             image.revnat = *r;
             claimed_revnat.insert(master.rev_nat_id);
         }
-        image.services.insert(0, *master);
-        claimed_slots.insert(*k);
-        let used = u32::from(master.count) + u32::from(master.qcount);
-        for slot in 1..=used {
+        let used = usize::from(master.count) + usize::from(master.qcount);
+        let entries = used.div_ceil(SVC_IDS).max(1);
+        for slot in 0..entries {
             let slot = u16::try_from(slot).unwrap_or(u16::MAX);
             let sk = weir_abi::ServiceKey { slot, ..*k };
             let Some(v) = s.services.get(&sk) else {
@@ -62,10 +63,13 @@ pub fn restore(s: &Snapshot) -> Restored {
             };
             image.services.insert(slot, *v);
             claimed_slots.insert(sk);
-            if let Some(b) = s.backends.get(&v.backend_id)
-                && claimed_backends.insert(v.backend_id)
-            {
-                image.backends.insert(v.backend_id, *b);
+            let named = used.saturating_sub(usize::from(slot) * SVC_IDS);
+            for &id in v.ids.iter().take(named) {
+                if let Some(b) = s.backends.get(&id)
+                    && claimed_backends.insert(id)
+                {
+                    image.backends.insert(id, *b);
+                }
             }
         }
         parts.insert(fe, image);

@@ -264,10 +264,7 @@ fn golden_new_frontend_with_three_active_backends() {
     let mut t = Transcript::default();
     let p = w.set(web(), &active(&[3, 1, 2]));
     t.record("new frontend, 3 active backends", &p, &w.maps);
-    assert_eq!(
-        short(&p.ops),
-        ["B+1", "B+2", "B+3", "R+1", "S+1", "S+2", "S+3", "M+"]
-    );
+    assert_eq!(short(&p.ops), ["B+1", "B+2", "B+3", "R+1", "M+"]);
     let m = w.master(web());
     assert_eq!((m.count, m.qcount, m.rev_nat_id), (3, 0, 1));
     check_golden("new_frontend_3_active", &t.0);
@@ -282,9 +279,38 @@ fn golden_scale_up_three_to_five() {
     let p = w.set(web(), &active(&[1, 2, 3, 4, 5]));
     t.record("scale to 5", &p, &w.maps);
     // Only what is new is written, and the master last.
-    assert_eq!(short(&p.ops), ["B+4", "B+5", "S+4", "S+5", "M+"]);
+    assert_eq!(short(&p.ops), ["B+4", "B+5", "M+"]);
     assert_eq!(w.master(web()).count, 5);
     check_golden("scale_3_to_5", &t.0);
+}
+
+#[test]
+fn golden_positions_spill_into_a_slot() {
+    let mut w = World::new();
+    let mut t = Transcript::default();
+    let hosts = |r: std::ops::RangeInclusive<u8>| r.collect::<Vec<u8>>();
+    let p = w.set(web(), &active(&hosts(1..=10)));
+    t.record("10 active backends: the master holds them", &p, &w.maps);
+    assert_eq!(w.maps.state.services.len(), 1);
+    let p = w.set(web(), &active(&hosts(1..=14)));
+    t.record("scale to 14: three spill into slot 1", &p, &w.maps);
+    // The slot is there before the master counts it.
+    assert_eq!(short(&p.ops), ["B+11", "B+12", "B+13", "B+14", "S+1", "M+"]);
+    let p = w.set(web(), &active(&[hosts(1..=4), hosts(6..=14)].concat()));
+    t.record(
+        "10.0.0.5 leaves: positions shift across both entries",
+        &p,
+        &w.maps,
+    );
+    assert_eq!(short(&p.ops), ["S+1", "M+", "B-5"]);
+    let p = w.set(web(), &active(&hosts(1..=9)));
+    t.record("back to 1-9: the slot goes after the master", &p, &w.maps);
+    // The master stops counting the slot before it goes.
+    assert_eq!(
+        short(&p.ops),
+        ["B+5", "M+", "S-1", "B-10", "B-11", "B-12", "B-13", "B-14"]
+    );
+    check_golden("spill_into_slot", &t.0);
 }
 
 #[test]
@@ -295,10 +321,10 @@ fn golden_remove_backend_frees_its_id_for_the_next_plan() {
     t.record("3 active backends", &p, &w.maps);
     let p = w.set(web(), &active(&[1, 3]));
     t.record("remove 10.0.0.2 (backend 2)", &p, &w.maps);
-    assert_eq!(short(&p.ops), ["S+2", "M+", "S-3", "B-2"]);
+    assert_eq!(short(&p.ops), ["M+", "B-2"]);
     let p = w.set(web(), &active(&[1, 3, 9]));
     t.record("add 10.0.0.9: reuses backend id 2", &p, &w.maps);
-    assert_eq!(short(&p.ops), ["B+2", "S+3", "M+"]);
+    assert_eq!(short(&p.ops), ["B+2", "M+"]);
     let b = w.maps.state.backends[&2];
     assert_eq!(IpAddr::from(b.addr), IpAddr::from([10, 0, 0, 9]));
     check_golden("remove_backend_reuse_id", &t.0);
@@ -313,12 +339,9 @@ fn golden_active_and_terminating() {
     t.record("2 active, 2 terminating", &p, &w.maps);
     let m = w.master(web());
     assert_eq!((m.count, m.qcount), (2, 2));
-    // Active slots first, each group by address.
-    let slot_addrs: Vec<u8> = (1..=4)
-        .map(|s| {
-            let id = w.maps.state.services[&service_key(web(), s)].backend_id;
-            w.maps.state.backends[&id].addr.v4().to_ne_bytes()[3]
-        })
+    // Active positions first, each group by address.
+    let slot_addrs: Vec<u8> = (w.maps.state.positions(service_key(web(), 0)).iter())
+        .map(|id| w.maps.state.backends[id].addr.v4().to_ne_bytes()[3])
         .collect();
     assert_eq!(slot_addrs, [2, 4, 1, 3]);
 
@@ -347,7 +370,7 @@ fn golden_serving_draining_gone() {
     // master no longer names that slot.
     let p = w.set(web(), &[active(&[1, 3]), draining(&[2])].concat());
     t.record("10.0.0.2 drains", &p, &w.maps);
-    assert_eq!(short(&p.ops), ["S+2", "M+", "S-3", "B+2"]);
+    assert_eq!(short(&p.ops), ["M+", "B+2"]);
     assert!(p.allocated.is_empty());
     let m = w.master(web());
     assert_eq!((m.count, m.qcount), (2, 0));
@@ -361,8 +384,8 @@ fn golden_serving_draining_gone() {
             .state
             .services
             .iter()
-            .all(|(k, v)| k.slot == 0 || v.backend_id != 2),
-        "a draining backend is in no slot"
+            .all(|(_, v)| !v.ids[..2].contains(&2)),
+        "a draining backend is at no position"
     );
     // New connections never reach it.
     for roll in 0..16 {
@@ -378,10 +401,10 @@ fn golden_serving_draining_gone() {
     // connections; both draining backends stay for their flows.
     let p = w.set(web(), &[active(&[3]), draining(&[1, 2])].concat());
     t.record("10.0.0.1 drains as well", &p, &w.maps);
-    assert_eq!(short(&p.ops), ["S+1", "M+", "S-2", "B+1"]);
+    assert_eq!(short(&p.ops), ["M+", "B+1"]);
     let p = w.set(web(), &draining(&[1, 2, 3]));
     t.record("every backend drains", &p, &w.maps);
-    assert_eq!(short(&p.ops), ["M+", "S-1", "B+3"]);
+    assert_eq!(short(&p.ops), ["M+", "B+3"]);
     assert!(w.maps.connect(service_key(web(), 0), 0).is_err());
     assert_eq!(w.maps.state.backends.len(), 3);
 
@@ -417,7 +440,7 @@ fn restore_keeps_draining_backends_of_restored_frontends_only() {
     assert_eq!(r.images, w.images);
     let img = &r.images[&web()];
     assert_eq!(img.backends.len(), 4);
-    assert_eq!(img.services.len(), 3, "master and two slots");
+    assert_eq!(img.services.len(), 1, "four backends: the master alone");
     assert_eq!(r.images[&dns].backends.len(), 1);
     // Replanning the same state writes nothing and keeps the ids (the
     // flows conntrack tracks to them keep their backend).
@@ -464,7 +487,7 @@ fn golden_frontend_without_backends() {
     t.record("one backend appears", &p, &w.maps);
     let p = w.set(web(), &[]);
     t.record("and goes away", &p, &w.maps);
-    assert_eq!(short(&p.ops), ["M+", "S-1", "B-1"]);
+    assert_eq!(short(&p.ops), ["M+", "B-1"]);
     check_golden("zero_backends", &t.0);
 }
 
@@ -477,17 +500,14 @@ fn golden_delete_frontend_removes_everything() {
     t.record("2 active, 1 terminating", &p, &w.maps);
     let p = w.delete(web());
     t.record("delete the frontend", &p, &w.maps);
-    assert_eq!(
-        short(&p.ops),
-        ["M-", "S-1", "S-2", "S-3", "B-1", "B-2", "B-3", "R-1"]
-    );
+    assert_eq!(short(&p.ops), ["M-", "B-1", "B-2", "B-3", "R-1"]);
     assert_eq!(w.maps.state, Snapshot::default());
     assert!(p.image.is_none());
     check_golden("delete_frontend", &t.0);
 
     // Every id is free again.
     let p = w.set(vip(11, 80, Protocol::Tcp), &active(&[7]));
-    assert_eq!(short(&p.ops), ["B+1", "R+1", "S+1", "M+"]);
+    assert_eq!(short(&p.ops), ["B+1", "R+1", "M+"]);
 }
 
 #[test]
@@ -519,12 +539,11 @@ fn build_reuses_ids_and_reports_only_new_allocations() {
     let second = FrontendImage::build(&d(next), Some(&first), &mut ids, &mut allocated);
     assert_eq!(allocated, [Allocated::Backend(3)]);
     assert_eq!(second.rev_nat_id, first.rev_nat_id);
-    let slots: Vec<(u16, u32)> = second
-        .services
-        .iter()
-        .map(|(s, v)| (s, v.backend_id))
+    let positions: Vec<u32> = (0..4)
+        .map(|p| second.services.position(p).unwrap())
         .collect();
-    assert_eq!(slots, [(0, 0), (1, 2), (2, 3), (3, 1)]);
+    assert_eq!(positions, [2, 3, 1, 0]);
+    assert_eq!(second.services.len(), 1, "three backends fit in the master");
     assert_eq!(
         second.backends.get(1).unwrap().state,
         weir_abi::BACKEND_STATE_TERMINATING
@@ -586,21 +605,24 @@ fn restore_lists_orphans_and_reserves_their_ids() {
     let mut s = clean.clone();
     // A slot whose master is gone, pointing at a backend nothing else uses.
     let stray_slot = service_key(vip(99, 80, Protocol::Tcp), 2);
+    let mut ids = [0; weir_abi::SVC_IDS];
+    ids[0] = 42;
     s.services.insert(
         stray_slot,
         ServiceValue {
-            backend_id: 42,
             rev_nat_id: 9,
+            ids,
             ..ServiceValue::default()
         },
     );
     // A slot of a live frontend beyond its count + qcount.
-    let beyond = service_key(web(), 7);
+    let beyond = service_key(web(), 1);
+    ids[0] = 1;
     s.services.insert(
         beyond,
         ServiceValue {
-            backend_id: 1,
             rev_nat_id: 1,
+            ids,
             ..ServiceValue::default()
         },
     );

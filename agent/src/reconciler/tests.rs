@@ -139,15 +139,16 @@ fn entries_of(s: &Snapshot, fes: &[Frontend]) -> Snapshot {
         let Some(master) = s.services.get(&service_key(f, 0)) else {
             continue;
         };
-        out.services.insert(service_key(f, 0), *master);
         if let Some(r) = s.revnat.get(&master.rev_nat_id) {
             out.revnat.insert(master.rev_nat_id, *r);
         }
-        let slots = u16::try_from(u32::from(master.count) + u32::from(master.qcount)).unwrap();
-        for slot in 1..=slots {
-            let v = s.services[&service_key(f, slot)];
-            out.services.insert(service_key(f, slot), v);
-            out.backends.insert(v.backend_id, s.backends[&v.backend_id]);
+        let used = usize::from(master.count) + usize::from(master.qcount);
+        for slot in 0..used.div_ceil(weir_abi::SVC_IDS).max(1) {
+            let k = service_key(f, u16::try_from(slot).unwrap());
+            out.services.insert(k, s.services[&k]);
+        }
+        for id in s.positions(service_key(f, 0)) {
+            out.backends.insert(id, s.backends[&id]);
         }
     }
     out
@@ -164,13 +165,20 @@ fn assert_same(before: &Snapshot, after: &Snapshot, what: &str) {
 
 #[test]
 fn map_full_names_the_service_and_map_and_only_refuses_its_new_frontends() {
-    for (map, capacity) in [
+    let hosts = |n: u8| (1..=n).collect::<Vec<u8>>();
+    // Per map: its capacity, how many backends a, b and a grown a have,
+    // and what b's refusal reports in use and needed. The services map
+    // takes an entry per 11 backends (`SVC_IDS`): a holds 3 entries, b
+    // needs 2, and a grown to 45 needs 2 more.
+    for (map, capacity, [a, b, grown], (used, needed)) in [
         (
             MapName::Services,
             Capacity {
-                services: 6,
+                services: 4,
                 ..ROOMY
             },
+            [23, 12, 45],
+            (3, 2),
         ),
         (
             MapName::Backends,
@@ -178,31 +186,29 @@ fn map_full_names_the_service_and_map_and_only_refuses_its_new_frontends() {
                 backends: 4,
                 ..ROOMY
             },
+            [3, 2, 6],
+            (3, 2),
         ),
-        (MapName::RevNat, Capacity { revnat: 1, ..ROOMY }),
+        (
+            MapName::RevNat,
+            Capacity { revnat: 1, ..ROOMY },
+            [3, 2, 6],
+            (1, 1),
+        ),
     ] {
         let (mut rec, maps) = new(capacity);
-        // a: 4 service entries, 3 backends, 1 rev-NAT.
+        let a_entries = usize::from(a).div_ceil(weir_abi::SVC_IDS);
         assert_eq!(
-            rec.sync_service(&id("a"), &[want(fe(1, 80), 0, &[1, 2, 3])])
+            rec.sync_service(&id("a"), &[want(fe(1, 80), 0, &hosts(a))])
                 .unwrap(),
-            8
+            a_entries + usize::from(a) + 1
         );
         let before = maps.state();
         let writes = maps.writes();
 
-        // b needs 3 more service entries, 2 backends and 1 rev-NAT.
         let err = rec
-            .sync_service(&id("b"), &[want(fe(2, 80), 1, &[1, 2])])
+            .sync_service(&id("b"), &[want(fe(2, 80), 1, &hosts(b))])
             .unwrap_err();
-        let (used, needed) = match map {
-            MapName::Services => (4, 3),
-            MapName::Backends => (3, 2),
-            MapName::RevNat => (1, 1),
-            MapName::SrcRanges | MapName::Maglev | MapName::Labels => {
-                unreachable!("not in this test's list")
-            }
-        };
         match &err {
             ReconcileError::MapFull {
                 service,
@@ -252,7 +258,7 @@ fn map_full_names_the_service_and_map_and_only_refuses_its_new_frontends() {
         // never needs another rev-NAT entry).
         if map != MapName::RevNat {
             let err = rec
-                .sync_service(&id("a"), &[want(fe(1, 80), 0, &[1, 2, 3, 4, 5, 6])])
+                .sync_service(&id("a"), &[want(fe(1, 80), 0, &hosts(grown))])
                 .unwrap_err();
             assert!(matches!(err, ReconcileError::MapFull { service, .. } if service == id("a")));
             assert_same(&before, &maps.state(), "a changed by its own failed update");
@@ -263,21 +269,26 @@ fn map_full_names_the_service_and_map_and_only_refuses_its_new_frontends() {
 #[test]
 fn map_full_gives_back_the_ids_it_reserved() {
     let (mut rec, maps) = new(Capacity {
-        services: 7,
+        services: 4,
         ..ROOMY
     });
-    rec.sync_service(&id("a"), &[want(fe(1, 80), 0, &[1, 2, 3])])
+    let hosts = |n: u8| (1..=n).collect::<Vec<u8>>();
+    // a: a master and a slot (12 backends, 11 an entry).
+    rec.sync_service(&id("a"), &[want(fe(1, 80), 0, &hosts(12))])
         .unwrap();
-    // b does not fit (4 + 4); it only gets its refusing master (rev-NAT 2).
-    rec.sync_service(&id("b"), &[want(fe(2, 80), 1, &[1, 2, 3])])
+    // b does not fit (2 + 3); it only gets its refusing master (rev-NAT 2).
+    rec.sync_service(&id("b"), &[want(fe(2, 80), 1, &hosts(23))])
         .unwrap_err();
-    // c fits (5 + 2) and gets the backend ids b would have had.
+    // c fits (3 + 1) and gets the first backend id b would have had.
     rec.sync_service(&id("c"), &[want(fe(3, 80), 2, &[1])])
         .unwrap();
     let s = maps.state();
-    assert_eq!(s.backends.keys().copied().collect::<Vec<_>>(), [1, 2, 3, 4]);
+    assert_eq!(
+        s.backends.keys().copied().collect::<Vec<_>>(),
+        (1..=13).collect::<Vec<_>>()
+    );
     assert_eq!(s.revnat.keys().copied().collect::<Vec<_>>(), [1, 2, 3]);
-    assert_eq!(s.services[&service_key(fe(3, 80), 1)].backend_id, 4);
+    assert_eq!(s.positions(service_key(fe(3, 80), 0)), [13]);
 }
 
 #[test]
@@ -301,19 +312,19 @@ fn too_many_backends_is_rejected_before_planning() {
 }
 
 /// `web` before and after an update that touches every kind of entry: port 80
-/// loses a backend and gains two, port 443 goes away, port 8443 is new.
+/// (a master and a slot) loses a backend and gains three, which moves
+/// positions in both; port 443 goes away, port 8443 is new.
 fn web_v1() -> Vec<DesiredFrontend> {
     vec![
-        want(fe(10, 80), 0, &[1, 2, 3]),
+        want(fe(10, 80), 0, &(1..=13).collect::<Vec<u8>>()),
         want(fe(10, 443), 0, &[1, 2, 3]),
     ]
 }
 
 fn web_v2() -> Vec<DesiredFrontend> {
-    vec![
-        want(fe(10, 80), 0, &[1, 3, 4, 5]),
-        want(fe(10, 8443), 0, &[6, 7]),
-    ]
+    let mut hosts: Vec<u8> = (3..=16).collect();
+    hosts.insert(0, 1);
+    vec![want(fe(10, 80), 0, &hosts), want(fe(10, 8443), 0, &[6, 7])]
 }
 
 /// Another service, synced first, that nothing may disturb.
@@ -330,7 +341,7 @@ fn a_failed_write_rolls_the_update_back_exactly() {
     let (mut reference, ref_maps) = setup();
     let ops = reference.sync_service(&id("web"), &web_v2()).unwrap();
     assert!(
-        ops > 15,
+        ops >= 15,
         "the update should be long enough to fail inside: {ops}"
     );
     let expected = ref_maps.state();
@@ -688,10 +699,8 @@ fn etp_local_local_view_is_written_before_and_removed_after_the_all_master() {
     assert_eq!((m_all.flags, m_ext.flags), (flags, flags));
     // Separate rev-NAT ids and backend ids per scope.
     assert_ne!(m_all.rev_nat_id, m_ext.rev_nat_id);
-    let ext_backend = s.services[&weir_abi::ServiceKey { slot: 1, ..ext }].backend_id;
-    let all_backends: Vec<u32> = (1..=2)
-        .map(|slot| s.services[&weir_abi::ServiceKey { slot, ..all }].backend_id)
-        .collect();
+    let ext_backend = s.positions(ext)[0];
+    let all_backends = s.positions(all);
     assert!(!all_backends.contains(&ext_backend));
     assert_eq!(s.backends[&ext_backend].rev_nat_id, m_ext.rev_nat_id);
     assert!(dump::render(&s).contains("192.168.0.10:30080/TCP scope=external slot=0 count=1"));
@@ -750,9 +759,10 @@ fn draining_backends_survive_a_restart_and_a_failed_sync_rolls_them_back() {
     let serving = maps.state();
 
     // 10.0.0.2 stops serving while terminating; the sync fails half-way and
-    // is rolled back: 10.0.0.2 is active and in its slot again.
+    // is rolled back: 10.0.0.2 is active and at its position again. The
+    // sync writes the master, then the draining backend; the second fails.
     d.backends[1].state = BackendState::Draining;
-    maps.fail_after(2);
+    maps.fail_after(1);
     assert!(
         rec.sync_service(&id("web"), std::slice::from_ref(&d))
             .is_err()

@@ -34,10 +34,13 @@
 //!
 //! A frontend (`addr:port/proto`) owns slot 0 of the services map, its *master*
 //! entry, which carries the backend counts, the rev-NAT id and the frontend's
-//! flags. Slots `1..=count` point at active backends and slots
-//! `count+1..=count+qcount` at terminating ones that still serve. The agent
-//! writes backends, then slots, then the master, then prunes, so a reader that
-//! sees a master always finds the slots and backends it names.
+//! flags. Its backends have positions: `0..count` the active ones, then
+//! `count..count+qcount` the terminating ones that still serve. Every entry
+//! holds [`SVC_IDS`] positions' backend ids, the master the first ones, slot
+//! `s` positions `s * SVC_IDS ..`; so a frontend of up to [`SVC_IDS`]
+//! backends is one entry. The agent writes backends, then slots, then the
+//! master, then prunes, so a reader that sees a master always finds the slots
+//! and backends it names.
 //!
 //! NodePort frontends are written once per node address (not as a wildcard), so
 //! the socket hooks and the packet programs find them with the same exact
@@ -77,8 +80,9 @@ pub const MAP_MAGLEV: &str = "WEIR_MAGLEV";
 /// the agent for `weir-agent inspect`; no program reads it.
 pub const MAP_SVC_LABELS: &str = "WEIR_SVC_LABEL";
 
-/// Default capacity of the services map: service-port entries, master and slots
-/// together, as Cilium's `lbmap` default.
+/// Default capacity of the services map in entries: a master per frontend,
+/// and a slot per [`SVC_IDS`] backends beyond the master's. Cilium's `lbmap`
+/// default in number; each of Cilium's entries holds one backend.
 pub const DEFAULT_MAX_SERVICES: u32 = 65_536;
 /// Default capacity of the backends map, as Calico's eBPF backend map. The
 /// array has one element more: id 0 means "none" and is never handed out.
@@ -152,7 +156,7 @@ pub const SVC_F_SRC_RANGES: u16 = 1 << 4;
 /// [`ServiceValue::flags`]: new flows from outside the node (the packet
 /// programs) pick their backend from the frontend's Maglev table in
 /// [`MAP_MAGLEV`], so every node sends a given flow to the same backend. The
-/// master's [`ServiceValue::backend_id`] holds the table's size. Sockets pick
+/// master's [`ServiceValue::table_size`] holds the table's size. Sockets pick
 /// at random as before: their flows never leave the node they start on.
 pub const SVC_F_MAGLEV: u16 = 1 << 5;
 
@@ -220,7 +224,8 @@ pub struct ServiceKey {
     pub addr: Addr,
     /// Frontend port, network order.
     pub port: u16,
-    /// Slot, host order: 0 is the master entry, `1..` point at backends.
+    /// Slot, host order: 0 is the master entry; slot `s` holds the backend ids
+    /// of positions `s * SVC_IDS ..`.
     pub slot: u16,
     /// IP protocol number (`PROTO_*`).
     pub proto: u8,
@@ -231,13 +236,20 @@ pub struct ServiceKey {
     pub _pad: [u8; 2],
 }
 
+/// Backend ids a services-map entry holds. With the master's fields they
+/// make a 64-byte value, one cache line: a lookup brings a small frontend's
+/// whole backend list, and a frontend takes one entry per 11 backends (at
+/// 100k Services of 10 endpoints, a tenth of the entries of one per backend,
+/// and a tenth of the hash inserts a cold sync makes).
+pub const SVC_IDS: usize = 11;
+
 /// Value of the services map.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ServiceValue {
-    /// Slots: the backend id, host order. Master: 0, or with
-    /// [`SVC_F_MAGLEV`] the size of the frontend's Maglev table.
-    pub backend_id: u32,
+    /// Master with [`SVC_F_MAGLEV`]: the size of the frontend's Maglev
+    /// table, host order. Otherwise 0.
+    pub table_size: u32,
     /// Master: number of active backends, host order. Slots: 0.
     pub count: u16,
     /// Master: number of terminating backends after the active ones, host order.
@@ -251,6 +263,26 @@ pub struct ServiceValue {
     pub _pad: [u8; 2],
     /// Master with [`SVC_F_AFFINITY`]: `sessionAffinityConfig.clientIP.timeoutSeconds`,
     /// host order (1..=86400). Otherwise 0.
+    pub affinity_timeout: u32,
+    /// Backend ids, host order, of positions `slot * SVC_IDS ..` (see the
+    /// crate docs); 0 past the frontend's last position.
+    pub ids: [u32; SVC_IDS],
+}
+
+/// The services map's value before an entry held several backends (until
+/// 2026-12): a slot per backend, slot `p + 1` holding position `p`'s id.
+/// Userspace only, for the agent that carries such a map over.
+#[cfg(feature = "user")]
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ServiceValueV1 {
+    /// Slots: the backend id. Master: the Maglev table size, or 0.
+    pub backend_id: u32,
+    pub count: u16,
+    pub qcount: u16,
+    pub rev_nat_id: u32,
+    pub flags: u16,
+    pub _pad: [u8; 2],
     pub affinity_timeout: u32,
 }
 
@@ -696,6 +728,7 @@ mod pod {
     unsafe impl aya::Pod for super::Addr {}
     unsafe impl aya::Pod for super::ServiceKey {}
     unsafe impl aya::Pod for super::ServiceValue {}
+    unsafe impl aya::Pod for super::ServiceValueV1 {}
     unsafe impl aya::Pod for super::Backend {}
     unsafe impl aya::Pod for super::RevNat {}
     unsafe impl aya::Pod for super::SvcLabel {}
@@ -725,7 +758,9 @@ mod tests {
     fn sizes_are_stable() {
         assert_eq!(size_of::<Addr>(), 16);
         assert_eq!(size_of::<ServiceKey>(), 24);
-        assert_eq!(size_of::<ServiceValue>(), 20);
+        assert_eq!(size_of::<ServiceValue>(), 64);
+        #[cfg(feature = "user")]
+        assert_eq!(size_of::<ServiceValueV1>(), 20);
         assert_eq!(size_of::<Backend>(), 24);
         assert_eq!(size_of::<RevNat>(), 20);
         assert_eq!(size_of::<SvcLabel>(), 160);

@@ -8,7 +8,7 @@
 //! inlined, as the verifier needs.
 use crate::{
     Addr, BACKEND_STATE_ACTIVE, BACKEND_STATE_DRAINING, BACKEND_STATE_TERMINATING, Backend,
-    SVC_F_MAGLEV, ServiceKey, ServiceValue,
+    SVC_F_MAGLEV, SVC_IDS, ServiceKey, ServiceValue,
 };
 
 /// Read access to the services and backends maps. Values are copies: in the
@@ -16,6 +16,13 @@ use crate::{
 /// `maps.rs`), so every check is made on one copy.
 pub trait LbMapsView {
     fn service(&self, key: &ServiceKey) -> Option<ServiceValue>;
+    /// `ids[index]` of the services-map entry `key`. The kernel reads the
+    /// one id in place: a copy of the whole value would cost the programs
+    /// 64 bytes more of their 512-byte stack.
+    #[inline(always)]
+    fn slot_id(&self, key: &ServiceKey, index: usize) -> Option<u32> {
+        self.service(key)?.ids.get(index).copied()
+    }
     fn backend(&self, id: u32) -> Option<Backend>;
     /// Position `index` of frontend `rev_nat_id`'s Maglev table: a backend id.
     fn maglev(&self, rev_nat_id: u32, index: u32) -> Option<u32>;
@@ -30,7 +37,7 @@ pub struct Pick {
     pub rev_nat_id: u32,
 }
 
-/// Picks a backend uniformly among the active slots, or among the terminating
+/// Picks a backend uniformly among the active positions, or among the terminating
 /// ones when the frontend has no active backend (KEP-1669). `key` is the
 /// frontend's master key; its slot is clobbered. `roll` is the random number.
 #[inline(always)]
@@ -45,9 +52,10 @@ pub fn pick_backend<M: LbMapsView>(
     }
     // The agent writes a shrinking frontend's new master before it prunes the
     // slots beyond it, so a slot can vanish between our two lookups; and it
-    // marks a backend draining before it takes it out of the slots. Read the
-    // master again and pick within what it holds now, from another slot so a
-    // draining backend still in the old layout is not hit twice.
+    // marks a backend draining before it takes it out of the positions. Read
+    // the master again and pick within what it holds now, at another
+    // position so a draining backend still in the old layout is not hit
+    // twice.
     key.slot = 0;
     let fresh = maps.service(key)?;
     pick_in(maps, key, &fresh, roll.wrapping_add(1))
@@ -60,8 +68,8 @@ fn pick_in<M: LbMapsView>(
     master: &ServiceValue,
     roll: u32,
 ) -> Option<Pick> {
-    // Terminating slots follow the active ones, so with no active backend they
-    // start at slot 1 too.
+    // Terminating positions follow the active ones, so with no active backend
+    // they start at position 0 too.
     let n = if master.count > 0 {
         u32::from(master.count)
     } else {
@@ -70,14 +78,32 @@ fn pick_in<M: LbMapsView>(
     if n == 0 {
         return None;
     }
-    key.slot = (roll % n + 1) as u16;
-    let backend_id = maps.service(key)?.backend_id;
+    let position = roll % n;
+    let index = bounded(position % SVC_IDS as u32);
+    // The master copy names the first positions itself, consistent with the
+    // counts read with them.
+    let backend_id = if position < SVC_IDS as u32 {
+        *master.ids.get(index)?
+    } else {
+        key.slot = (position / SVC_IDS as u32) as u16;
+        maps.slot_id(key, index)?
+    };
     let backend = maps.backend(backend_id)?;
     // A draining backend only finishes the flows it has; nothing new picks it.
     if backend.state == BACKEND_STATE_DRAINING {
         return None;
     }
     owned(backend_id, &backend, master.rev_nat_id, &key.addr)
+}
+
+/// `x` as an index the verifier can bound. LLVM knows a remainder is below
+/// its divisor, drops the bounds check of `get`, and computes the remainder
+/// as `x - q * d`, which the verifier cannot bound ("unbounded memory
+/// access"). A volatile read hides the range from LLVM, so the check stays.
+#[inline(always)]
+pub fn bounded(x: u32) -> usize {
+    // SAFETY: a read of a local.
+    unsafe { core::ptr::read_volatile(&x) as usize }
 }
 
 /// `backend` (id `id`) if it belongs to frontend `rev_nat_id` and has the
@@ -142,7 +168,7 @@ pub fn maglev_backend<M: LbMapsView>(
     frontend: &Addr,
     hash: u32,
 ) -> Option<Pick> {
-    let size = master.backend_id;
+    let size = master.table_size;
     if master.flags & SVC_F_MAGLEV == 0 || size == 0 {
         return None;
     }
@@ -207,31 +233,35 @@ mod tests {
         }
     }
 
-    /// A frontend (rev-NAT id 7) with backends 1..=n in slots 1..=n, all of
-    /// `state`, IPv4 unless `v6`.
+    /// A frontend (rev-NAT id 7) with backends 1..=n at positions 0..n, all
+    /// of `state`, IPv4 unless `v6`.
     fn frontend(n: u16, state: u8, v6: bool) -> Maps {
         let mut m = Maps::default();
-        let master = ServiceValue {
+        let mut master = ServiceValue {
             count: if state == BACKEND_STATE_ACTIVE { n } else { 0 },
             qcount: if state == BACKEND_STATE_ACTIVE { 0 } else { n },
             rev_nat_id: 7,
             ..ServiceValue::default()
         };
+        let ids: std::vec::Vec<u32> = (1..=u32::from(n)).collect();
+        for (slot, chunk) in ids.chunks(SVC_IDS).enumerate() {
+            let mut v = ServiceValue {
+                rev_nat_id: 7,
+                ..ServiceValue::default()
+            };
+            v.ids[..chunk.len()].copy_from_slice(chunk);
+            if slot == 0 {
+                master.ids = v.ids;
+            } else {
+                m.services.insert(key(slot as u16), v);
+            }
+        }
         m.services.insert(key(0), master);
-        for s in 1..=n {
-            let id = u32::from(s);
-            m.services.insert(
-                key(s),
-                ServiceValue {
-                    backend_id: id,
-                    rev_nat_id: 7,
-                    ..ServiceValue::default()
-                },
-            );
+        for id in ids {
             let addr = if v6 {
                 Addr([0xfd, 0, 0, id])
             } else {
-                Addr::from_v4(u32::from_ne_bytes([10, 0, 0, s as u8]))
+                Addr::from_v4(u32::from_ne_bytes([10, 0, 0, id as u8]))
             };
             m.backends.insert(
                 id,
@@ -259,6 +289,24 @@ mod tests {
             (0..6).map(|r| pick(&m, r)).collect::<std::vec::Vec<_>>(),
             [1, 2, 3, 1, 2, 3].map(Some)
         );
+    }
+
+    #[test]
+    fn positions_past_the_masters_are_read_from_the_slots() {
+        let m = frontend(25, BACKEND_STATE_ACTIVE, false);
+        assert_eq!(m.services.len(), 3, "11 in the master, 11 + 3 in two slots");
+        let picks: std::collections::BTreeSet<_> = (0..25).filter_map(|r| pick(&m, r)).collect();
+        assert_eq!(picks, (1..=25).collect());
+        assert_eq!(
+            (pick(&m, 10), pick(&m, 11), pick(&m, 24)),
+            (Some(11), Some(12), Some(25))
+        );
+        // A slot gone under a reader (a shrink pruning it): the retry reads
+        // the master again, which still names it here, so no pick.
+        let mut gone = m;
+        gone.services.remove(&key(2));
+        assert_eq!(pick(&gone, 23), None);
+        assert_eq!(pick(&gone, 3), Some(4));
     }
 
     #[test]
@@ -310,7 +358,7 @@ mod tests {
         );
         let master = ServiceValue {
             flags: SVC_F_MAGLEV,
-            backend_id: 5,
+            table_size: 5,
             ..plain
         };
         assert_eq!(maglev_backend(&m, &master, &fe, 5), None, "no table yet");

@@ -17,8 +17,9 @@ use weir_abi::{
     maglev::{DEFAULT_TABLE_SIZE, MaglevChunk, MaglevKey, chunks},
 };
 
-// Preallocated: the agent's first sync writes about a million entries, and
-// an insert into a preallocated table costs under half of one that allocates
+// Preallocated: the agent's first sync writes an entry per frontend (more
+// for one of over `SVC_IDS` backends), 100k at 100k Services, and an insert
+// into a preallocated table costs under half of one that allocates
 // (measured: 400 vs 1,000-1,700 ns, batched). The memory is taken when the
 // map is created, and `--max-services` sizes it. A deleted element goes to
 // the next insert without waiting for readers (the kernel's BPF allocator
@@ -39,9 +40,9 @@ pub static SERVICES: HashMap<ServiceKey, ServiceValue> = HashMap::pinned(DEFAULT
 #[map(name = "WEIR_BACKEND")]
 pub static BACKENDS: Array<Backend> = Array::pinned(DEFAULT_MAX_BACKENDS + 1, BPF_F_MMAPABLE);
 
-// One entry per frontend, but sized by `--max-services` like the services map
-// (about 11 entries a frontend): preallocating would reserve ten times what it
-// can use.
+// One entry per frontend, sized by `--max-services` like the services map,
+// where a frontend of many backends takes several entries: allocated as
+// used, it takes memory only for the frontends there are.
 #[map(name = "WEIR_REVNAT")]
 pub static REVNAT: HashMap<u32, RevNat> = HashMap::pinned(DEFAULT_MAX_SERVICES, BPF_F_NO_PREALLOC);
 
@@ -105,6 +106,8 @@ pub static STATS: PerCpuArray<StatValue> = PerCpuArray::pinned(STAT_ENTRIES, 0);
 /// nothing between two runs.
 pub struct Scratch {
     pub h: crate::packet::Hdr,
+    /// The frontend's master, copied once (64 bytes).
+    pub master: ServiceValue,
     pub val: CtValue,
     pub rkey: CtKey,
     pub fib: bpf_fib_lookup,

@@ -23,6 +23,14 @@ impl LbMapsView for Kernel {
     }
 
     #[inline(always)]
+    fn slot_id(&self, key: &ServiceKey, index: usize) -> Option<u32> {
+        // SAFETY: as above; the agent rewrites a slot by linking a new
+        // element in its place, so the id read is whole.
+        let value = unsafe { SERVICES.get(key) }?;
+        value.ids.get(index).copied()
+    }
+
+    #[inline(always)]
     fn backend(&self, id: u32) -> Option<Backend> {
         // A free id reads as zeros, which is no backend (see maps.rs).
         BACKENDS.get(id).copied().filter(|b| b.rev_nat_id != 0)
@@ -37,14 +45,8 @@ impl LbMapsView for Kernel {
         // SAFETY: as above. An update by the agent links a new element in
         // place of this one, so the chunk read is whole (old or new).
         let chunk = unsafe { MAGLEV.get(key) }?;
-        // Verifier: LLVM knows `index % CHUNK < CHUNK`, drops the bounds
-        // check of `get`, and computes the remainder as `index - q * CHUNK`,
-        // which the verifier cannot bound ("unbounded memory access"). A
-        // volatile read hides the range from LLVM, so the check stays.
-        let pos = index % CHUNK;
-        // SAFETY: a read of a local.
-        let pos = unsafe { core::ptr::read_volatile(&pos) };
-        chunk.ids.get(pos as usize).copied()
+        // Verifier: see `bounded`.
+        chunk.ids.get(shared::bounded(index % CHUNK)).copied()
     }
 }
 

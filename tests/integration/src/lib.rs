@@ -53,6 +53,17 @@ pub fn bpftool(args: &[&std::ffi::OsStr]) -> anyhow::Result<serde_json::Value> {
     Ok(serde_json::from_slice(&out.stdout)?)
 }
 
+/// `bpftool map show` of the map pinned at `path`: its `type`, `flags`,
+/// `bytes_value` and the rest.
+pub fn pinned_map_show(path: &std::path::Path) -> anyhow::Result<serde_json::Value> {
+    bpftool(&[
+        "map".as_ref(),
+        "show".as_ref(),
+        "pinned".as_ref(),
+        path.as_os_str(),
+    ])
+}
+
 /// Entries in the map pinned at `path`. The backends array counts the
 /// backends it holds: an element of zeros is a free id.
 pub fn pinned_map_len(path: &std::path::Path) -> anyhow::Result<usize> {

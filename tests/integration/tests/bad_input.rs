@@ -178,12 +178,12 @@ fn map_len(topo: &Topology, map: &str) -> Result<usize> {
 fn a_full_map_fails_only_the_service_that_does_not_fit() -> Result<()> {
     let topo = Topology::new(3)?;
     let eps = topo.ready_endpoints();
-    // "a" needs 2 frontends × (master + 3 slots) = 8 services-map entries; so
-    // does "b". Room for 12 fits one of them, plus b's two masters.
+    // "a" needs 2 frontends × 3 backends = 6 backend ids; so does "b". Room
+    // for 8 fits one of them; b's two masters take no backend.
     topo.write_manifest("a-slice.yaml", &manifest::slice("a-1", "a", &eps))?;
     topo.write_manifest("a.yaml", &manifest::service("a", "10.96.0.1"))?;
-    let mut agent = Agent::start(&topo, &["--max-services", "12"])?;
-    assert_eq!(map_len(&topo, weir_abi::MAP_SERVICES)?, 8);
+    let mut agent = Agent::start(&topo, &["--max-backends", "8"])?;
+    assert_eq!(map_len(&topo, weir_abi::MAP_SERVICES)?, 2);
     // The slice first, so b never exists without its endpoints.
     topo.write_manifest("b-slice.yaml", &manifest::slice("b-1", "b", &eps))?;
     topo.write_manifest("b.yaml", &manifest::service("b", "10.96.0.2"))?;
@@ -192,14 +192,14 @@ fn a_full_map_fails_only_the_service_that_does_not_fit() -> Result<()> {
     })?;
     assert_logged(
         &agent.log_text(),
-        &["default/b", "WEIR_SVC", "--max-services"],
+        &["default/b", "WEIR_BACKEND", "--max-backends"],
     );
     // b is not half-written: its frontends hold a master each and nothing else,
     // so its VIP refuses connections rather than leaking to the network.
     let views = agent.inspect()?;
     assert_eq!(backends_of(&views, "10.96.0.2", 80, "TCP"), Some(vec![]));
     assert_eq!(backends_of(&views, "10.96.0.2", 53, "UDP"), Some(vec![]));
-    assert_eq!(map_len(&topo, weir_abi::MAP_SERVICES)?, 10);
+    assert_eq!(map_len(&topo, weir_abi::MAP_SERVICES)?, 4);
     assert_eq!(
         map_len(&topo, weir_abi::MAP_BACKENDS)?,
         6,

@@ -239,129 +239,10 @@ fn cleanup(topo: &Topology) -> Result<std::process::Output> {
 
 /// The flags of the map pinned at `name`.
 fn map_flags(topo: &Topology, name: &str) -> Result<u64> {
-    let path = topo.pin_dir().join("maps").join(name);
-    let v = weir_integration::bpftool(&[
-        "map".as_ref(),
-        "show".as_ref(),
-        "pinned".as_ref(),
-        path.as_os_str(),
-    ])?;
+    let v = weir_integration::pinned_map_show(&topo.pin_dir().join("maps").join(name))?;
     v["flags"]
         .as_u64()
         .ok_or_else(|| anyhow::anyhow!("no flags for {name}: {v}"))
-}
-
-/// The type of the map pinned at `name`, as bpftool names it.
-fn map_type(topo: &Topology, name: &str) -> Result<String> {
-    let path = topo.pin_dir().join("maps").join(name);
-    let v = weir_integration::bpftool(&[
-        "map".as_ref(),
-        "show".as_ref(),
-        "pinned".as_ref(),
-        path.as_os_str(),
-    ])?;
-    v["type"]
-        .as_str()
-        .map(str::to_owned)
-        .ok_or_else(|| anyhow::anyhow!("no type for {name}: {v}"))
-}
-
-/// An agent from before the backends array left its backends in a hash.
-/// The next agent carries them over before its programs replace the old
-/// ones, so the Service keeps its backends without a sync having to write
-/// them, and no trace of the hash is left.
-#[test]
-fn an_older_agents_backends_hash_is_carried_over_to_the_array() -> Result<()> {
-    use aya::maps::{Array, HashMap, Map, MapData};
-    use weir_abi::Backend;
-
-    let topo = Topology::new(2)?;
-    let eps = topo.ready_endpoints();
-    topo.write_manifest("web.yaml", &manifest::service("web", VIP))?;
-    topo.write_manifest("web-slice.yaml", &manifest::slice("web-1", "web", &eps))?;
-    let mut agent = Agent::start(&topo, &[])?;
-    let p = topo.probe("tcp", &format!("{VIP}:80"), 20)?;
-    assert_eq!((p.ok, p.backends.len()), (20, 2), "{p:?}");
-    agent.stop(libc::SIGTERM)?;
-
-    // What the older agent would have pinned: the same ids and values, in a
-    // hash. The running programs keep their array while unpinned.
-    let maps = topo.pin_dir().join("maps");
-    let pin = maps.join(weir_abi::MAP_BACKENDS);
-    let array: Array<MapData, Backend> = Array::try_from(Map::Array(MapData::from_pin(&pin)?))?;
-    let held: Vec<(u32, Backend)> = (0..array.len())
-        .map(|i| Ok((i, array.get(&i, 0)?)))
-        .collect::<Result<Vec<_>>>()?
-        .into_iter()
-        .filter(|(_, b)| *b != Backend::default())
-        .collect();
-    // Two ports (TCP and UDP), each with both endpoints.
-    assert_eq!(held.len(), 4, "{held:?}");
-    drop(array);
-    std::fs::remove_file(&pin)?;
-    let out = Command::new("bpftool")
-        .args(["map", "create"])
-        .arg(&pin)
-        .args(["type", "hash", "key", "4", "value"])
-        .arg(size_of::<Backend>().to_string())
-        .args(["entries", "1024", "name", "WEIR_BACKEND"])
-        .output()?;
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mut hash: HashMap<MapData, u32, Backend> =
-        HashMap::try_from(Map::HashMap(MapData::from_pin(&pin)?))?;
-    for (id, b) in &held {
-        hash.insert(id, b, 0)?;
-    }
-    drop(hash);
-
-    let agent = Agent::start(&topo, &[])?;
-    let log = agent.log_text();
-    assert!(log.contains("carried the backends"), "{log}");
-    assert_eq!(map_type(&topo, "WEIR_BACKEND")?, "array");
-    assert!(!maps.join("WEIR_BACKEND_LEGACY").exists());
-    let array: Array<MapData, Backend> = Array::try_from(Map::Array(MapData::from_pin(&pin)?))?;
-    for (id, b) in &held {
-        assert_eq!(array.get(id, 0)?, *b, "backend {id}");
-    }
-    let p = topo.probe("tcp", &format!("{VIP}:80"), 20)?;
-    assert_eq!((p.ok, p.backends.len()), (20, 2), "{p:?}");
-    Ok(())
-}
-
-/// A backends hash of some other layout is not carried over: it goes back
-/// where it was, and the agent refuses to start, naming the pin and the
-/// remedy, rather than serve from a map its programs cannot read.
-#[test]
-fn a_backends_hash_of_another_layout_is_refused_and_left_in_place() -> Result<()> {
-    let topo = Topology::new(1)?;
-    let maps = topo.pin_dir().join("maps");
-    std::fs::create_dir_all(&maps)?;
-    let pin = maps.join(weir_abi::MAP_BACKENDS);
-    let out = Command::new("bpftool")
-        .args(["map", "create"])
-        .arg(&pin)
-        .args(["type", "hash", "key", "4", "value", "16", "entries", "64"])
-        .args(["name", "WEIR_BACKEND"])
-        .output()?;
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let err = Agent::start(&topo, &[])
-        .err()
-        .expect("the agent refuses the pin");
-    let text = format!("{err:#}");
-    for want in ["WEIR_BACKEND", "map type", "weir-agent cleanup"] {
-        assert!(text.contains(want), "no {want:?} in {text}");
-    }
-    assert_eq!(map_type(&topo, "WEIR_BACKEND")?, "hash");
-    assert!(!maps.join("WEIR_BACKEND_LEGACY").exists());
-    Ok(())
 }
 
 /// Earlier agents pinned the services and backends maps unpreallocated, and
@@ -422,7 +303,11 @@ fn maps_pinned_without_preallocation_by_an_older_agent_keep_serving() -> Result<
         "no warning for WEIR_SVC: {log}"
     );
     assert!(log.contains("carried the backends"), "{log}");
-    assert_eq!(map_type(&topo, "WEIR_BACKEND")?, "array");
+    let backends = topo.pin_dir().join("maps").join("WEIR_BACKEND");
+    assert_eq!(
+        weir_integration::pinned_map_show(&backends)?["type"],
+        "array"
+    );
     let p = topo.probe("tcp", &format!("{VIP}:80"), 40)?;
     assert_eq!((p.ok, p.backends.len()), (40, 2), "{p:?}");
 
@@ -485,9 +370,9 @@ fn inspect_status_shows_the_running_agent_then_the_pins_alone() -> Result<()> {
     );
     assert!(a["last_sync"].as_f64().is_some_and(|t| t > 1e9), "{s:#}");
     assert_eq!(s["socket_hooks"].as_array().map(Vec::len), Some(9), "{s:#}");
-    // Two ports, so two frontends, each a master and a slot per backend.
+    // Two ports, so two frontends, each a master holding both backends.
     let want = [
-        ("WEIR_SVC", 6),
+        ("WEIR_SVC", 2),
         ("WEIR_BACKEND", 4),
         ("WEIR_REVNAT", 2),
         ("WEIR_SVC_LABEL", 2),

@@ -48,13 +48,13 @@ fn healthy_throughout(agent: &Agent, period: Duration) -> Result<()> {
 fn a_conflicting_or_oversized_service_never_fails_the_nodes_health() -> Result<()> {
     let topo = Topology::new(3)?;
     let cluster = Cluster::start()?;
-    // A two-port Service with two backends takes 6 services-map entries, one
-    // with a single backend 4: victim and evil fit, toobig does not.
+    // A two-port Service takes a backend id per port and endpoint: victim
+    // (two endpoints) 4, evil (one) 2, toobig (three) 6, which does not fit.
     let mut agent = Agent::start_api(
         &topo,
         cluster.kubeconfig(),
         NODE,
-        &["--max-services", "12", "--healthz-timeout", "2s"],
+        &["--max-backends", "8", "--healthz-timeout", "2s"],
     )?;
     cluster.service("victim", "10.96.0.10", json!({}))?;
     cluster.slice("victim-1", "victim", &[ep(&topo, "be1"), ep(&topo, "be2")])?;

@@ -184,16 +184,12 @@ fn members_are_the_backends_a_new_flow_may_pick() {
             qcount,
             rev_nat_id: 9,
             flags: SVC_F_MAGLEV,
-            backend_id: 251,
+            table_size: 251,
             ..ServiceValue::default()
         };
         FrontendImage {
             rev_nat_id: 9,
-            services: super::super::Slots::plain(
-                Some(master),
-                9,
-                ms.iter().map(|m| m.id).collect(),
-            ),
+            services: super::super::Slots::plain(master, ms.iter().map(|m| m.id).collect()),
             backends: super::super::Backends::from_unsorted(
                 ms.iter()
                     .zip(states)
@@ -212,12 +208,11 @@ fn members_are_the_backends_a_new_flow_may_pick() {
     assert_eq!((spec.rev_nat_id, spec.size), (9, 251));
     let plain = FrontendImage {
         services: super::super::Slots::plain(
-            Some(ServiceValue {
+            ServiceValue {
                 count: 1,
                 rev_nat_id: 9,
                 ..ServiceValue::default()
-            }),
-            9,
+            },
             vec![1],
         ),
         ..image(1, 0, [a, a, a])

@@ -26,14 +26,23 @@ impl XorShift {
 }
 
 /// A set of backends on network `10.net.0.0/24` with at least one serving,
-/// sometimes with terminating ones only, often with draining ones too.
+/// sometimes with terminating ones only, often with draining ones too. Half
+/// the sets are dense: more backends than the master holds
+/// (`weir_abi::SVC_IDS`), so positions move between the master and its
+/// slots.
 fn random_backends(rng: &mut XorShift, net: u8) -> Vec<Backend> {
     let all_terminating = rng.below(5) == 0;
+    let dense = rng.below(2) == 0;
     loop {
         let mut out = Vec::new();
-        for host in 1..=5u8 {
+        for host in 1..=12u8 {
             for port in [8080u16, 8443] {
-                if rng.below(3) == 0 {
+                let taken = if dense {
+                    rng.below(4) != 0
+                } else {
+                    rng.below(5) == 0
+                };
+                if taken {
                     let state = if rng.below(4) == 0 {
                         BackendState::Draining
                     } else if all_terminating || rng.below(3) == 0 {
@@ -67,6 +76,8 @@ fn a_frontend_with_backends_never_looks_empty_nor_reaches_a_removed_backend() {
         current[n] = random_backends(&mut rng, n as u8);
         w.set(*fe, &current[n]);
     }
+    // Rounds whose plan wrote or pruned a slot past the master.
+    let mut with_slots = 0;
     for round in 0..250 {
         let n = rng.below(fes.len() as u64) as usize;
         let (fe, other) = (fes[n], fes[1 - n]);
@@ -76,6 +87,9 @@ fn a_frontend_with_backends_never_looks_empty_nor_reaches_a_removed_backend() {
         let either: BTreeSet<Endpoint> = endpoints(a.iter().chain(&b));
         let p = w.plan(fe, Some(b.as_slice()));
         assert_phases(&p.ops);
+        with_slots += usize::from(p.ops.iter().any(
+            |op| matches!(op, MapOp::UpsertService(k, _) | MapOp::DeleteService(k) if k.slot != 0),
+        ));
         let mut states = vec![w.maps.state.clone()];
         for (i, op) in p.ops.iter().enumerate() {
             w.maps.apply(op).expect("roomy fake maps accept every op");
@@ -129,13 +143,14 @@ fn a_frontend_with_backends_never_looks_empty_nor_reaches_a_removed_backend() {
         );
         check_draining(&w, fe, &b, &ctx);
     }
+    assert!(with_slots > 50, "only {with_slots} rounds moved slots");
 }
 
 /// `fe`'s draining backends of `bs` are in the backends map, owned by its
 /// rev-NAT id, in the draining state and in no slot.
 fn check_draining(w: &World, fe: Frontend, bs: &[Backend], ctx: &str) {
     let img = &w.images[&fe];
-    let in_slots: BTreeSet<u32> = img.services.slots().map(|(_, v)| v.backend_id).collect();
+    let in_slots: BTreeSet<u32> = img.services.iter().flat_map(|(_, v)| v.ids).collect();
     let mut draining = BTreeSet::new();
     for (id, b) in &w.maps.state.backends {
         if b.rev_nat_id != img.rev_nat_id || b.state != weir_abi::BACKEND_STATE_DRAINING {

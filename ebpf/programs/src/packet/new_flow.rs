@@ -58,11 +58,15 @@ pub fn new_flow<P: Pkt, const V6: bool>(
     };
     // SAFETY: values are plain integers, and an element's memory outlives
     // the program's RCU read section (its contents may change: maps.rs).
-    let Some(master) = (unsafe { SERVICES.get(skey) }) else {
+    let Some(found) = (unsafe { SERVICES.get(skey) }) else {
         count(prog, STAT_PASS, h.bytes);
         return Verdict::Pass;
     };
-    let mut master = *master;
+    // Verifier: in scratch space, as the stack next to the pick's frames
+    // would be over 512 bytes with it.
+    // SAFETY: see `run_family`; a field disjoint from `h`.
+    let master = unsafe { &mut (*scratch).master };
+    *master = *found;
     if xdp {
         if master.flags & SVC_F_EXTERNAL == 0 {
             count(prog, STAT_PASS, h.bytes);
@@ -109,7 +113,7 @@ pub fn new_flow<P: Pkt, const V6: bool>(
             count(prog, STAT_DROP_NO_BACKEND, h.bytes);
             return Verdict::Drop;
         };
-        master = *ext;
+        *master = *ext;
     }
     if master.flags & SVC_F_SRC_RANGES != 0 {
         // Prefix length 160: the whole rev-NAT id and the whole address, so
@@ -138,7 +142,7 @@ pub fn new_flow<P: Pkt, const V6: bool>(
     } else {
         Fresh::Random
     };
-    let Some(pick) = choose(&mut skey, &master, &aff, now, how) else {
+    let Some(pick) = choose(&mut skey, master, &aff, now, how) else {
         count(prog, STAT_DROP_NO_BACKEND, h.bytes);
         return Verdict::Drop;
     };

@@ -538,7 +538,14 @@ fn program(c: &mut Contender, svcs: &[Svc], opts: &DatapathOptions) -> Result<Op
             } else {
                 2
             };
-            let m = per * svcs.iter().map(|s| s.endpoints.len() + 1).sum::<usize>() + 1024;
+            // A master per Service port, and a slot per `SVC_IDS` endpoints past it.
+            let entries = |n: usize| n.div_ceil(weir_abi::SVC_IDS).max(1);
+            let m = per
+                * svcs
+                    .iter()
+                    .map(|s| entries(s.endpoints.len()))
+                    .sum::<usize>()
+                + 1024;
             let b = per * svcs.iter().map(|s| s.endpoints.len()).sum::<usize>() + 1024;
             let (max_s, max_b) = (m.to_string(), b.to_string());
             let pins = w.bpffs.pin_dir();

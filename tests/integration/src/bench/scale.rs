@@ -169,13 +169,15 @@ fn run_one(opts: &ScaleOptions, source: Source) -> Result<(Vec<Record>, Vec<Stri
         u32::try_from(u64::from(n) * u64::from(per_service) * 17 / 16 + slack)
             .context("map capacity overflows u32")
     };
+    // A master per Service port, and a slot per `SVC_IDS` endpoints past it.
+    let service_entries = m.div_ceil(weir_abi::SVC_IDS as u32).max(1);
     let source_args = feed.agent_args();
     let agent_opts = || -> Result<agent::Options<'_>> {
         Ok(agent::Options {
             source: &source_args,
             cgroup: &cgroup.path,
             pins: &pins,
-            max_services: capacity(m + 1)?,
+            max_services: capacity(service_entries)?,
             max_backends: capacity(m)?,
             log: work.path.join("agent.log"),
         })
@@ -207,7 +209,7 @@ fn run_one(opts: &ScaleOptions, source: Source) -> Result<(Vec<Record>, Vec<Stri
     notes.push(format!(
         "agent after sync: VmRSS {rss:.1} MiB, VmHWM {:.1} MiB, {cpu:.2} s CPU (user+system); its BPF maps hold {maps:.1} MiB of kernel memory (--max-services {}, --max-backends {}), charged to its memory cgroup too",
         hwm_kib as f64 / 1024.0,
-        capacity(m + 1)?,
+        capacity(service_entries)?,
         capacity(m)?
     ));
     if source != Source::Manifests {

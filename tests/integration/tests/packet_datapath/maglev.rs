@@ -132,7 +132,7 @@ fn flows_from_outside_follow_the_table_and_two_nodes_agree() -> Result<()> {
         .map(|(_, v)| v)
         .context("no master for the LB IP")?;
     ensure!(
-        master.flags & SVC_F_MAGLEV != 0 && master.backend_id == 4093,
+        master.flags & SVC_F_MAGLEV != 0 && master.table_size == 4093,
         "the LB frontend has no 4093-position table: {master:?}"
     );
     // Five chunks of 1000 positions, the last one padded with 0 past 4093.
