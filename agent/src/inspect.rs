@@ -10,7 +10,7 @@ use serde::Serialize;
 use weir_abi::{
     BACKEND_STATE_ACTIVE, BACKEND_STATE_DRAINING, BACKEND_STATE_TERMINATING, Backend,
     SCOPE_EXTERNAL, SVC_F_AFFINITY, SVC_F_EXTERNAL, SVC_F_LOCAL, SVC_F_NODEPORT, SVC_F_SRC_RANGES,
-    SVC_IDS, ServiceKey, ServiceValue, StatValue, SvcLabel,
+    ServiceKey, ServiceValue, StatValue, SvcLabel,
 };
 
 use crate::{
@@ -202,13 +202,11 @@ fn frontends(entries: &[(ServiceKey, ServiceValue)], index: &BackendIndex) -> Ve
         let used = usize::from(master.count) + usize::from(master.qcount);
         let mut backends: Vec<BackendView> = (0..used)
             .map(|position| {
-                let slot = u16::try_from(position / SVC_IDS).ok();
-                group
-                    .binary_search_by_key(&slot, |(k, _)| Some(k.slot))
-                    .ok()
-                    .and_then(|i| index.backend(group[i].1.ids[position % SVC_IDS]))
-                    .map_or(BackendView::MISSING, BackendView::of)
+                let (slot, at) = weir_abi::position_slot(position)?;
+                let i = group.binary_search_by_key(&slot, |(k, _)| k.slot).ok()?;
+                index.backend(group[i].1.ids[at])
             })
+            .map(|b| b.map_or(BackendView::MISSING, BackendView::of))
             .collect();
         // Listed after the slots.
         let mut draining = index
@@ -375,7 +373,7 @@ pub fn render_table(views: &[ServiceView]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use weir_abi::{Addr, PROTO_SCTP, PROTO_TCP, PROTO_UDP};
+    use weir_abi::{Addr, PROTO_SCTP, PROTO_TCP, PROTO_UDP, SVC_IDS};
 
     use super::*;
     use crate::maps::Snapshot;

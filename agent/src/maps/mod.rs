@@ -146,10 +146,12 @@ impl Snapshot {
         let used = usize::from(master.count) + usize::from(master.qcount);
         (0..used)
             .map(|p| {
-                let slot = u16::try_from(p / weir_abi::SVC_IDS).unwrap_or(u16::MAX);
+                let Some((slot, index)) = weir_abi::position_slot(p) else {
+                    return 0;
+                };
                 self.services
                     .get(&ServiceKey { slot, ..master_key })
-                    .map_or(0, |v| v.ids[p % weir_abi::SVC_IDS])
+                    .map_or(0, |v| v.ids[index])
             })
             .collect()
     }

@@ -106,13 +106,13 @@ pub fn check_torn_reads(
     let entry_states = |p: usize, i: usize| if p < SVC_IDS { i..=i } else { i..=last };
     // None: the slot is gone and the program re-reads the master.
     let id_at = |p: usize, i: usize, j: usize| -> Option<u32> {
-        let slot = u16::try_from(p / SVC_IDS).expect("a position of a u16 count");
+        let (slot, index) = weir_abi::position_slot(p).expect("a position of a u16 count");
         let v = if slot == 0 {
             masters[i]
         } else {
             *states[j].services.get(&key(slot))?
         };
-        Some(v.ids[p % SVC_IDS])
+        Some(v.ids[index])
     };
     // None: gone, or draining, which is no pick either (`pick_in`).
     let backend = |id: u32, m: usize| {

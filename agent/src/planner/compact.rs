@@ -19,7 +19,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use weir_abi::{Addr, Backend, SVC_IDS, ServiceValue};
+use weir_abi::{Addr, Backend, SVC_IDS, ServiceValue, position_slot, service_entries};
 
 /// Services-map values by slot; slot 0 is the master.
 #[derive(Clone, Default, PartialEq, Eq)]
@@ -87,11 +87,6 @@ fn chunk(ids: &[u32], slot: usize) -> [u32; SVC_IDS] {
     out
 }
 
-/// Entries `ids` takes: the master, and a slot per [`SVC_IDS`] beyond it.
-fn entries_for(ids: usize) -> usize {
-    ids.div_ceil(SVC_IDS).max(1)
-}
-
 impl Slots {
     /// `master` holding `ids` in position order, with the slots they spill
     /// into. The master's own ids are ignored.
@@ -128,7 +123,7 @@ impl Slots {
         match &self.0 {
             SlotRepr::Plain { head, ids } => {
                 let s = usize::from(slot);
-                if s >= entries_for(ids.len()) {
+                if s >= service_entries(ids.len()) {
                     return None;
                 }
                 let ids = chunk(ids, s);
@@ -145,20 +140,20 @@ impl Slots {
     /// The backend id at `position` (see `weir_abi::SVC_IDS`), as a reader
     /// of these entries finds it.
     pub fn position(&self, position: usize) -> Option<u32> {
-        let slot = u16::try_from(position / SVC_IDS).ok()?;
-        Some(self.get(slot)?.ids[position % SVC_IDS])
+        let (slot, index) = position_slot(position)?;
+        Some(self.get(slot)?.ids[index])
     }
 
     pub fn contains(&self, slot: u16) -> bool {
         match &self.0 {
-            SlotRepr::Plain { ids, .. } => usize::from(slot) < entries_for(ids.len()),
+            SlotRepr::Plain { ids, .. } => usize::from(slot) < service_entries(ids.len()),
             SlotRepr::Explicit(map) => map.contains_key(&slot),
         }
     }
 
     pub fn len(&self) -> usize {
         match &self.0 {
-            SlotRepr::Plain { ids, .. } => entries_for(ids.len()),
+            SlotRepr::Plain { ids, .. } => service_entries(ids.len()),
             SlotRepr::Explicit(map) => map.len(),
         }
     }
@@ -175,7 +170,7 @@ impl Slots {
     /// Every entry, the master first.
     pub fn iter(&self) -> impl Iterator<Item = (u16, ServiceValue)> + '_ {
         let (plain, explicit) = match &self.0 {
-            SlotRepr::Plain { ids, .. } => (Some(0..entries_for(ids.len())), None),
+            SlotRepr::Plain { ids, .. } => (Some(0..service_entries(ids.len())), None),
             SlotRepr::Explicit(map) => (None, Some(map)),
         };
         // Entries are built on the way: a slot's value is not stored.

@@ -54,8 +54,7 @@ pub fn restore(s: &Snapshot) -> Restored {
             claimed_revnat.insert(master.rev_nat_id);
         }
         let used = usize::from(master.count) + usize::from(master.qcount);
-        let entries = used.div_ceil(SVC_IDS).max(1);
-        for slot in 0..entries {
+        for slot in 0..weir_abi::service_entries(used) {
             let slot = u16::try_from(slot).unwrap_or(u16::MAX);
             let sk = weir_abi::ServiceKey { slot, ..*k };
             let Some(v) = s.services.get(&sk) else {

@@ -143,7 +143,7 @@ fn entries_of(s: &Snapshot, fes: &[Frontend]) -> Snapshot {
             out.revnat.insert(master.rev_nat_id, *r);
         }
         let used = usize::from(master.count) + usize::from(master.qcount);
-        for slot in 0..used.div_ceil(weir_abi::SVC_IDS).max(1) {
+        for slot in 0..weir_abi::service_entries(used) {
             let k = service_key(f, u16::try_from(slot).unwrap());
             out.services.insert(k, s.services[&k]);
         }
@@ -197,7 +197,7 @@ fn map_full_names_the_service_and_map_and_only_refuses_its_new_frontends() {
         ),
     ] {
         let (mut rec, maps) = new(capacity);
-        let a_entries = usize::from(a).div_ceil(weir_abi::SVC_IDS);
+        let a_entries = weir_abi::service_entries(usize::from(a));
         assert_eq!(
             rec.sync_service(&id("a"), &[want(fe(1, 80), 0, &hosts(a))])
                 .unwrap(),

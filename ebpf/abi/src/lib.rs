@@ -243,6 +243,24 @@ pub struct ServiceKey {
 /// and a tenth of the hash inserts a cold sync makes).
 pub const SVC_IDS: usize = 11;
 
+/// Services-map entries a frontend of `positions` backends takes: its
+/// master, and a slot per [`SVC_IDS`] past the master's.
+pub const fn service_entries(positions: usize) -> usize {
+    let n = positions.div_ceil(SVC_IDS);
+    if n == 0 { 1 } else { n }
+}
+
+/// Where position `p` is held: the slot of its entry (0, the master, for
+/// the first [`SVC_IDS`]) and its index in that entry's `ids`. `None` past
+/// the last slot a `u16` can name.
+pub const fn position_slot(p: usize) -> Option<(u16, usize)> {
+    let slot = p / SVC_IDS;
+    if slot > u16::MAX as usize {
+        return None;
+    }
+    Some((slot as u16, p % SVC_IDS))
+}
+
 /// Value of the services map.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -754,6 +772,15 @@ mod tests {
 
     /// The kernel programs were compiled against these sizes; a change here is an
     /// ABI break that needs new pin names.
+    #[test]
+    fn positions_fill_the_master_then_one_slot_per_eleven() {
+        let entries = [0, 1, 11, 12, 22, 23].map(service_entries);
+        assert_eq!(entries, [1, 1, 1, 2, 2, 3]);
+        let at = [0, 10, 11, 21, 22].map(|p| position_slot(p).unwrap());
+        assert_eq!(at, [(0, 0), (0, 10), (1, 0), (1, 10), (2, 0)]);
+        assert_eq!(position_slot(SVC_IDS * 65_536), None);
+    }
+
     #[test]
     fn sizes_are_stable() {
         assert_eq!(size_of::<Addr>(), 16);

@@ -538,12 +538,10 @@ fn program(c: &mut Contender, svcs: &[Svc], opts: &DatapathOptions) -> Result<Op
             } else {
                 2
             };
-            // A master per Service port, and a slot per `SVC_IDS` endpoints past it.
-            let entries = |n: usize| n.div_ceil(weir_abi::SVC_IDS).max(1);
             let m = per
                 * svcs
                     .iter()
-                    .map(|s| entries(s.endpoints.len()))
+                    .map(|s| weir_abi::service_entries(s.endpoints.len()))
                     .sum::<usize>()
                 + 1024;
             let b = per * svcs.iter().map(|s| s.endpoints.len()).sum::<usize>() + 1024;

@@ -169,8 +169,7 @@ fn run_one(opts: &ScaleOptions, source: Source) -> Result<(Vec<Record>, Vec<Stri
         u32::try_from(u64::from(n) * u64::from(per_service) * 17 / 16 + slack)
             .context("map capacity overflows u32")
     };
-    // A master per Service port, and a slot per `SVC_IDS` endpoints past it.
-    let service_entries = m.div_ceil(weir_abi::SVC_IDS as u32).max(1);
+    let service_entries = weir_abi::service_entries(m as usize) as u32;
     let source_args = feed.agent_args();
     let agent_opts = || -> Result<agent::Options<'_>> {
         Ok(agent::Options {
