@@ -169,39 +169,37 @@ fn start(store: &Store, req: &WatchRequest) -> Result<Start, ApiError> {
 /// once the channel took the last, so the backlog in memory stays small.
 fn frames(initial: Initial) -> Box<dyn Iterator<Item = Bytes> + Send> {
     match initial {
-        Initial::Lines(lines) => Box::new(coalesce(lines).into_iter()),
-        Initial::Added(objects) => {
-            let mut objects = objects.into_iter().peekable();
-            Box::new(std::iter::from_fn(move || {
-                objects.peek()?;
-                let mut buf = Vec::with_capacity(FRAME_BYTES + 4096);
-                while buf.len() < FRAME_BYTES
-                    && let Some(o) = objects.next()
-                {
-                    buf.extend_from_slice(b"{\"type\":\"ADDED\",\"object\":");
-                    o.write(&mut buf);
-                    buf.extend_from_slice(b"}\n");
-                }
-                Some(Bytes::from(buf))
-            }))
-        }
+        Initial::Lines(lines) => framed(
+            lines
+                .into_iter()
+                .map(|line| move |buf: &mut Vec<u8>| buf.extend_from_slice(&line)),
+        ),
+        Initial::Added(objects) => framed(objects.into_iter().map(|o| {
+            move |buf: &mut Vec<u8>| {
+                buf.extend_from_slice(b"{\"type\":\"ADDED\",\"object\":");
+                o.write(buf);
+                buf.extend_from_slice(b"}\n");
+            }
+        })),
     }
 }
 
-/// Joins event lines into frames of about [`FRAME_BYTES`].
-fn coalesce(lines: Vec<Bytes>) -> Vec<Bytes> {
-    let mut out = Vec::new();
-    let mut buf = bytes::BytesMut::new();
-    for line in lines {
-        buf.extend_from_slice(&line);
-        if buf.len() >= FRAME_BYTES {
-            out.push(buf.split().freeze());
+/// Frames of the lines `lines` write, each closed once it holds
+/// [`FRAME_BYTES`] or more.
+fn framed<W: FnOnce(&mut Vec<u8>) + Send + 'static>(
+    lines: impl Iterator<Item = W> + Send + 'static,
+) -> Box<dyn Iterator<Item = Bytes> + Send> {
+    let mut lines = lines.peekable();
+    Box::new(std::iter::from_fn(move || {
+        lines.peek()?;
+        let mut buf = Vec::with_capacity(FRAME_BYTES + 4096);
+        while buf.len() < FRAME_BYTES
+            && let Some(write) = lines.next()
+        {
+            write(&mut buf);
         }
-    }
-    if !buf.is_empty() {
-        out.push(buf.freeze());
-    }
-    out
+        Some(Bytes::from(buf))
+    }))
 }
 
 const FRAME_BYTES: usize = 64 * 1024;
