@@ -673,3 +673,47 @@ fn the_index_shares_names_and_paths_with_what_it_indexes() {
     assert_eq!(slices.len(), 2);
     assert!(slices.iter().all(|s| s.is_shared_with(svc)));
 }
+
+#[test]
+fn the_pipeline_folds_in_file_order_and_stops_when_asked() {
+    let d = TempDir::new("pipeline");
+    let n = 5 * 64 + 7;
+    let names: Vec<FileName> = (0..n)
+        .map(|i| {
+            let name = format!("p{i:04}.yaml");
+            let ip = format!("10.96.{}.{}", i / 250, i % 250 + 1);
+            d.write(&name, &svc_yaml(&format!("p{i}"), &ip, 80, "TCP"));
+            Arc::from(Path::new(&name))
+        })
+        .collect();
+    let jobs = || {
+        names
+            .iter()
+            .map(|n| (Arc::clone(n), Objects::default()))
+            .collect()
+    };
+    let mut seen = Vec::new();
+    let mut chunks = 0;
+    pipeline::parse_ahead(&d.0, jobs(), 100, |chunk| {
+        chunks += 1;
+        for (name, outcome) in chunk {
+            assert!(
+                matches!(outcome, Outcome::Read { parsed: Ok(ref p), .. } if p.objects.len() == 1),
+                "{} did not parse",
+                name.display()
+            );
+            seen.push(name);
+        }
+        true
+    });
+    assert_eq!(seen, names, "every file once, in order");
+    assert!(chunks >= 2, "{n} files came in {chunks} chunks");
+
+    // Stopped after the first chunk, the workers end and nothing more comes.
+    let mut folds = 0;
+    pipeline::parse_ahead(&d.0, jobs(), 64, |_| {
+        folds += 1;
+        false
+    });
+    assert_eq!(folds, 1);
+}
