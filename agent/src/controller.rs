@@ -15,7 +15,7 @@ use crate::hash::{HashMap, HashSet};
 use crate::{
     healthcheck::HealthChecks,
     maps::LbMaps,
-    model::{Protocol, Scope, ServiceId, SliceId},
+    model::{DesiredFrontend, Protocol, Scope, ServiceId, SliceId},
     reconciler::{ReconcileError, Reconciler},
     report::{Reason, Report, Reports, Stage},
     sockdestroy::{SocketReaper, UdpPair},
@@ -61,6 +61,9 @@ const RELEASE_AFTER: usize = 1024;
 /// one mapping (see `maps::array`); mapping it costs about a millisecond at
 /// a million backends, so single changes do without.
 const BULK: usize = 256;
+/// Services handed to the reconciler at once in a bulk sync: those it can
+/// write together share each batch (see `reconciler::group`).
+const GROUP: usize = 512;
 
 pub struct Controller<M> {
     store: Store,
@@ -299,10 +302,32 @@ impl<M: LbMaps> Controller<M> {
         if bulk {
             self.reconciler.bulk(true);
         }
-        for id in dirty {
-            match self.sync_one(&id, false) {
-                Some(done) => ops += done,
-                None => conflicted.push(id),
+        if bulk {
+            // New Services are written a group at a time (see
+            // `reconciler::group`); the results are the same.
+            let ids: Vec<ServiceId> = dirty.into_iter().collect();
+            for group in ids.chunks(GROUP) {
+                let desired: Vec<DesiredService> =
+                    group.iter().map(|id| self.prepare(id)).collect();
+                let items: Vec<(&ServiceId, &[DesiredFrontend])> = group
+                    .iter()
+                    .zip(&desired)
+                    .map(|(id, d)| (id, d.frontends.as_slice()))
+                    .collect();
+                let results = self.reconciler.sync_services(&items);
+                for ((id, d), r) in group.iter().zip(&desired).zip(results) {
+                    match self.finish(id, d, r, false) {
+                        Some(done) => ops += done,
+                        None => conflicted.push(id.clone()),
+                    }
+                }
+            }
+        } else {
+            for id in dirty {
+                match self.sync_one(&id, false) {
+                    Some(done) => ops += done,
+                    None => conflicted.push(id),
+                }
             }
         }
         for id in conflicted {
@@ -338,6 +363,14 @@ impl<M: LbMaps> Controller<M> {
     /// reported or recorded) when it conflicts with another Service's frontend
     /// and `last_try` is false.
     fn sync_one(&mut self, id: &ServiceId, last_try: bool) -> Option<usize> {
+        let desired = self.prepare(id);
+        let result = self.reconciler.sync_service(id, &desired.frontends);
+        self.finish(id, &desired, result, last_try)
+    }
+
+    /// What `id` should look like, with what the store says about it
+    /// reported: the first half of [`Self::sync_one`].
+    fn prepare(&mut self, id: &ServiceId) -> DesiredService {
         // A rejected Service is skipped: it loses its frontends, as if it
         // were deleted, until it is fixed.
         let desired = match self.store.desired(id) {
@@ -354,12 +387,24 @@ impl<M: LbMaps> Controller<M> {
             }
         };
         self.set_no_local(id, desired.no_local);
-        match self.reconciler.sync_service(id, &desired.frontends) {
+        desired
+    }
+
+    /// Records how writing `desired` for `id` went: the second half of
+    /// [`Self::sync_one`].
+    fn finish(
+        &mut self,
+        id: &ServiceId,
+        desired: &DesiredService,
+        result: Result<usize, ReconcileError>,
+        last_try: bool,
+    ) -> Option<usize> {
+        match result {
             Ok(done) => {
                 self.failed.remove(id);
                 self.broken.remove(id);
                 self.programmed(id);
-                self.after_programmed(id, &desired);
+                self.after_programmed(id, desired);
                 if self.last_error.remove(id).is_some() {
                     info!(service = %id, "service programmed after earlier failure");
                     self.hooks.reports.send(Report::Recovered {

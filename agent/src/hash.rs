@@ -6,3 +6,7 @@
 //! so names a tenant picks to collide cannot be computed in advance.
 pub type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 pub type HashSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
+/// Hashed, and iterated in the order of insertion: for sets whose order
+/// shows (the changes a manifest scan sends come in the order it read them).
+pub type IndexMap<K, V> = indexmap::IndexMap<K, V, foldhash::fast::RandomState>;
+pub type IndexSet<K> = indexmap::IndexSet<K, foldhash::fast::RandomState>;

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet, btree_map::Entry};
 
 use tracing::{debug, warn};
 
+mod group;
 mod labeling;
 use labeling::Labels;
 
@@ -255,53 +256,17 @@ impl<M: LbMaps> Reconciler<M> {
         service: &ServiceId,
         desired: &[DesiredFrontend],
     ) -> Result<usize, ReconcileError> {
-        for d in desired {
-            // Slots are what the u16 counts address; draining backends take none.
-            let serving = d.backends.iter().filter(|b| b.state.serves()).count();
-            if serving > usize::from(u16::MAX) {
-                return Err(ReconcileError::TooManyBackends {
-                    service: service.clone(),
-                    frontend: d.frontend,
-                    count: serving,
-                });
-            }
-            if let Some(owner) = self.images.get(&d.frontend).and_then(|h| h.owner.as_ref())
-                && owner != service
-            {
-                return Err(ReconcileError::FrontendConflict {
-                    service: service.clone(),
-                    frontend: d.frontend,
-                    owner: owner.clone(),
-                });
-            }
-        }
-
+        self.check_service(service, desired)?;
         let current = self.by_service.get(service).cloned().unwrap_or_default();
-        let wanted: BTreeMap<Frontend, &DesiredFrontend> =
-            desired.iter().map(|d| (d.frontend, d)).collect();
-        // The packet programs use an eTP=Local frontend's External-scope
-        // entries only while its All-scope master says LOCAL: so External
-        // entries are written before any All master (a frontend turning
-        // Local finds its local view in place) and removed after them (one
-        // turning Cluster or going away stops pointing there first). Hence:
-        // upserts External then All, then removals All then External.
-        let by_scope = |scope: Scope| {
-            wanted
-                .iter()
-                .filter(move |(fe, _)| fe.scope == scope)
-                .map(|(fe, d)| (*fe, *d))
-        };
-        let upserts: Vec<(Frontend, &DesiredFrontend)> = by_scope(Scope::External)
-            .chain(by_scope(Scope::All))
-            .collect();
+        let wanted: BTreeSet<Frontend> = desired.iter().map(|d| d.frontend).collect();
         let mut removed: Vec<Frontend> = current
             .iter()
-            .filter(|fe| !wanted.contains_key(fe))
+            .filter(|fe| !wanted.contains(fe))
             .copied()
             .collect();
         removed.sort_by_key(|fe| fe.scope != Scope::All);
         let mut plans = Vec::new();
-        for (fe, d) in upserts {
+        for (fe, d) in upsert_order(desired) {
             plans.push(planner::plan(
                 fe,
                 image_in(&self.images, fe),
@@ -328,6 +293,36 @@ impl<M: LbMaps> Reconciler<M> {
         // Also after a failure: whatever the Service holds now is its own.
         self.label(service, desired);
         applied
+    }
+
+    /// What refuses a Service before anything is planned: a frontend with
+    /// more backends than its counts address, or one another Service holds.
+    fn check_service(
+        &self,
+        service: &ServiceId,
+        desired: &[DesiredFrontend],
+    ) -> Result<(), ReconcileError> {
+        for d in desired {
+            // Slots are what the u16 counts address; draining backends take none.
+            let serving = d.backends.iter().filter(|b| b.state.serves()).count();
+            if serving > usize::from(u16::MAX) {
+                return Err(ReconcileError::TooManyBackends {
+                    service: service.clone(),
+                    frontend: d.frontend,
+                    count: serving,
+                });
+            }
+            if let Some(owner) = self.images.get(&d.frontend).and_then(|h| h.owner.as_ref())
+                && owner != service
+            {
+                return Err(ReconcileError::FrontendConflict {
+                    service: service.clone(),
+                    frontend: d.frontend,
+                    owner: owner.clone(),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// A Service that does not fit must not leak to its VIPs unchanged: give
@@ -442,17 +437,45 @@ impl<M: LbMaps> Reconciler<M> {
         source: MapError,
     ) -> ReconcileError {
         let last = plans.len() - 1;
-        let written: Vec<FrontendImage> = plans
+        // The failed write counts as written: the undo then covers its key
+        // whichever way the kernel took it.
+        let written: Vec<usize> = plans
             .iter()
             .enumerate()
             .map(|(i, p)| {
-                // The failed write counts as written: the undo then covers its
-                // key whichever way the kernel took it.
-                let n = if i == last {
+                if i == last {
                     (applied_in_last + 1).min(p.ops.len())
                 } else {
                     p.ops.len()
-                };
+                }
+            })
+            .collect();
+        match self.undo(service, plans, &written) {
+            Ok(()) => ReconcileError::Map {
+                service: service.clone(),
+                source,
+            },
+            Err(rollback) => ReconcileError::RollbackFailed {
+                service: service.clone(),
+                source,
+                rollback,
+            },
+        }
+    }
+
+    /// Undoes the first `written[i]` ops of each of `plans`, newest first,
+    /// and gives back the ids they reserved. When an undo fails, what the
+    /// maps hold is tracked as `service`'s instead, and that error returned.
+    fn undo(
+        &mut self,
+        service: &ServiceId,
+        plans: &[Plan],
+        written: &[usize],
+    ) -> Result<(), MapError> {
+        let written: Vec<FrontendImage> = plans
+            .iter()
+            .zip(written)
+            .map(|(p, &n)| {
                 let mut img = self
                     .image(p.frontend)
                     .map(FrontendImage::to_parts)
@@ -478,20 +501,13 @@ impl<M: LbMaps> Reconciler<M> {
                     };
                     self.adopt_written(service, p, w);
                 }
-                return ReconcileError::RollbackFailed {
-                    service: service.clone(),
-                    source,
-                    rollback,
-                };
+                return Err(rollback);
             }
         }
         for p in plans {
             self.release_allocated(p);
         }
-        ReconcileError::Map {
-            service: service.clone(),
-            source,
-        }
+        Ok(())
     }
 
     /// After a failed rollback, the maps hold `written` for this frontend; track
@@ -594,6 +610,24 @@ impl<M: LbMaps> Reconciler<M> {
             }
         }
     }
+}
+
+/// The order a Service's frontends are upserted in. The packet programs use
+/// an eTP=Local frontend's External-scope entries only while its All-scope
+/// master says LOCAL: so External entries are written before any All
+/// master (a frontend turning Local finds its local view in place) and
+/// removed after them (one turning Cluster or going away stops pointing
+/// there first). Hence: upserts External then All, then removals All then
+/// External.
+fn upsert_order(desired: &[DesiredFrontend]) -> Vec<(Frontend, &DesiredFrontend)> {
+    let mut out: Vec<(Frontend, &DesiredFrontend)> =
+        desired.iter().map(|d| (d.frontend, d)).collect();
+    out.sort_by_key(|(fe, _)| (fe.scope != Scope::External, *fe));
+    // A frontend listed twice: the last one, as a map keyed by it keeps.
+    out.reverse();
+    out.dedup_by_key(|(fe, _)| *fe);
+    out.reverse();
+    out
 }
 
 /// [`Reconciler::image`] where `self` is partly borrowed.

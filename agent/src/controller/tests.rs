@@ -633,3 +633,78 @@ fn exposes(ctl: &Controller<FakeMaps>, lines: &[&str]) {
         assert!(text.contains(line), "{line} missing from:\n{text}");
     }
 }
+
+#[test]
+fn a_bulk_sync_ends_as_syncing_each_service_alone() {
+    // More than BULK Services: new ones (written in groups), one with a
+    // node port out of range (rejected), two contending for one node port
+    // (the second to sync conflicts, then loses), and more backends than
+    // fit.
+    let mut changes = Vec::new();
+    for i in 0..300u16 {
+        let [hi, lo] = i.to_be_bytes();
+        changes.extend(with_backends(
+            &format!("s{i:03}"),
+            [10, 97, hi, lo],
+            u8::try_from(i % 14 + 1).unwrap(),
+        ));
+    }
+    changes.push(Change::service(node_port_svc("bad", [10, 96, 0, 1], 80)));
+    changes.push(Change::service(node_port_svc(
+        "np-a",
+        [10, 96, 0, 2],
+        30_080,
+    )));
+    changes.push(Change::service(node_port_svc(
+        "np-z",
+        [10, 96, 0, 3],
+        30_080,
+    )));
+    changes.extend(with_backends("huge", [10, 96, 0, 4], 200));
+    let run = |batch: usize| {
+        let cap = Capacity {
+            services: 2048,
+            backends: 2400,
+            revnat: 2048,
+            src_ranges: 64,
+            maglev: 64,
+        };
+        let (reports, mut rx) = Reports::channel(4096);
+        let rec = Reconciler::restore(FakeMaps::new(cap)).unwrap();
+        let mut ctl = Controller::new(
+            rec,
+            Store::with_options(NodeInfo::default(), StoreOptions::default()),
+            Hooks {
+                reports,
+                ..Hooks::default()
+            },
+        );
+        let mut dirty = BTreeSet::new();
+        ctl.handle(SourceMsg::Changes(changes.clone()), &mut dirty);
+        let ids: Vec<ServiceId> = dirty.into_iter().collect();
+        for part in ids.chunks(batch) {
+            ctl.sync(part.iter().cloned().collect());
+        }
+        let mut sent = Vec::new();
+        while let Ok(r) = rx.try_recv() {
+            sent.push(format!("{r:?}"));
+        }
+        let maps = ctl.reconciler.maps();
+        (
+            maps.state.clone(),
+            maps.labels.clone(),
+            ctl.failed.clone(),
+            sent,
+        )
+    };
+    let (state, labels, failed, sent) = run(usize::MAX);
+    let alone = run(1);
+    assert_eq!(state.services.len(), alone.0.services.len());
+    assert!(state == alone.0, "the maps differ");
+    assert_eq!(labels, alone.1);
+    assert_eq!(failed, alone.2);
+    assert_eq!(sent.len(), alone.3.len(), "{sent:#?}");
+    // The backends run out before the last Services, in both.
+    assert!(!failed.is_empty() && failed.len() < 10, "{failed:?}");
+    assert!(sent.iter().any(|r| r.contains("\"bad\"")), "{sent:#?}");
+}

@@ -15,6 +15,8 @@ use crate::{
     planner::service_key,
 };
 
+mod group;
+
 /// Fake maps the test keeps a handle on while the reconciler owns them.
 #[derive(Clone)]
 struct Shared(Rc<RefCell<FakeMaps>>, Rc<RefCell<Vec<usize>>>);

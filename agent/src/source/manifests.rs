@@ -19,7 +19,7 @@ mod pipeline;
 mod watch;
 
 use std::{
-    collections::{BTreeMap, BTreeSet},
+    collections::BTreeSet,
     path::{Path, PathBuf},
     sync::Arc,
     time::{Duration, SystemTime},
@@ -33,7 +33,9 @@ use tracing::{debug, error, info, warn};
 use self::watch::DirEvent;
 use super::SourceMsg;
 use crate::{
-    hash::{HashMap as FastMap, HashSet as FastSet},
+    hash::{
+        HashMap as FastMap, HashSet as FastSet, IndexMap as FastIndexMap, IndexSet as FastIndexSet,
+    },
     small_set::SmallSet,
     store::Change,
 };
@@ -309,7 +311,9 @@ impl ManifestDir {
     /// [`Todo::Read`], in order); the changes that made.
     fn fold(&mut self, candidates: Vec<(FileName, Todo)>, outcomes: Vec<Outcome>) -> Vec<Change> {
         // Only objects of the files that changed can change; resolve just those.
-        let mut touched: BTreeSet<ObjRef> = BTreeSet::new();
+        // Hashed and in reading order: a B-tree here compared names some
+        // 40 times an object, a fifth of a cold start's fold.
+        let mut touched: FastIndexSet<ObjRef> = FastIndexSet::default();
         for (name, _) in &candidates {
             if let Some(f) = self.files.get(&**name) {
                 touched.extend(f.objects.keys());
@@ -399,8 +403,8 @@ impl ManifestDir {
     }
 
     /// Each of `refs` as the first file (in path order) that defines it says.
-    fn effective(&self, refs: &BTreeSet<ObjRef>) -> BTreeMap<ObjRef, Object> {
-        let mut out = BTreeMap::new();
+    fn effective(&self, refs: &FastIndexSet<ObjRef>) -> FastIndexMap<ObjRef, Object> {
+        let mut out = FastIndexMap::with_capacity_and_hasher(refs.len(), Default::default());
         for r in refs {
             let mut files = self.defined_in.get(r).into_iter().flatten();
             let Some(first) = files
@@ -490,7 +494,10 @@ fn is_manifest(path: &Path) -> bool {
         )
 }
 
-fn diff(before: &BTreeMap<ObjRef, Object>, after: &BTreeMap<ObjRef, Object>) -> Vec<Change> {
+fn diff(
+    before: &FastIndexMap<ObjRef, Object>,
+    after: &FastIndexMap<ObjRef, Object>,
+) -> Vec<Change> {
     let mut changes = Vec::new();
     for (r, old) in before {
         let gone = matches!(after.get(r), None | Some(Object::IgnoredSlice(_)));

@@ -1,5 +1,6 @@
 //! Manifest directory tests on a real temporary directory.
 use std::{
+    collections::BTreeMap,
     net::IpAddr,
     path::PathBuf,
     sync::atomic::{AtomicUsize, Ordering},
@@ -38,8 +39,22 @@ impl TempDir {
     }
 
     fn scan(&self, md: &mut ManifestDir) -> Vec<Change> {
-        md.scan().expect("scan")
+        in_order(md.scan().expect("scan"))
     }
+}
+
+/// A scan's changes, deletes first and then by kind and name: within one
+/// scan they come in the order the files were read, which is the
+/// directory's.
+fn in_order(mut changes: Vec<Change>) -> Vec<Change> {
+    changes.sort_by_key(|c| match c {
+        Change::DeleteService(id) => (0, 0, id.to_string()),
+        Change::DeleteSlice(id) => (0, 1, id.to_string()),
+        Change::UpsertService(s) => (1, 0, s.id.to_string()),
+        Change::UpsertSlice(s) => (1, 1, s.id.to_string()),
+        Change::Node(_) | Change::NodeAddresses(_) => unreachable!("manifests hold no Node"),
+    });
+    changes
 }
 
 impl Drop for TempDir {
