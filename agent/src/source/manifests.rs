@@ -53,10 +53,11 @@ const RESCAN: Duration = Duration::from_secs(10);
 /// How often every file's stamp is compared even so: the backstop for
 /// in-place writes inotify cannot see (a network file system).
 const FULL_RESCAN: Duration = Duration::from_secs(300);
-/// Files a cold start reads before it sends what they hold: enough for the
-/// parse to keep every core busy, few enough that the controller starts
-/// within a few percent of the directory.
-const SCAN_CHUNK: usize = 2048;
+/// Files a cold start folds in before it sends what they hold: the
+/// controller starts after the first chunk and ends one chunk after the
+/// last file is parsed, and each chunk is one sync of about a thousand
+/// Services, enough for its writes to batch.
+const SCAN_CHUNK: usize = 1024;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Stamp {

@@ -46,8 +46,9 @@ pub(super) fn parse_ahead(
     let per_chunk = chunk.div_ceil(BATCH).max(1);
     let next = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
-    // How far the workers may get ahead of the fold: two chunks.
-    let (tx, rx) = mpsc::sync_channel::<(usize, Vec<Outcome>)>(2 * per_chunk);
+    // How far the workers may get ahead of the fold: a chunk. More kept
+    // more parsed files waiting without syncing any sooner.
+    let (tx, rx) = mpsc::sync_channel::<(usize, Vec<Outcome>)>(per_chunk);
     std::thread::scope(|scope| {
         for _ in 0..cores() {
             let tx = tx.clone();
