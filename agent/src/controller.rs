@@ -301,8 +301,6 @@ impl<M: LbMaps> Controller<M> {
         let bulk = n >= BULK;
         if bulk {
             self.reconciler.bulk(true);
-        }
-        if bulk {
             // New Services are written a group at a time (see
             // `reconciler::group`); the results are the same.
             let ids: Vec<ServiceId> = dirty.into_iter().collect();

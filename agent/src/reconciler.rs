@@ -397,29 +397,44 @@ impl<M: LbMaps> Reconciler<M> {
     }
 
     fn check_fits(&mut self, service: &ServiceId, plans: &[Plan]) -> Result<(), ReconcileError> {
-        let mut needed: BTreeMap<MapName, u32> = BTreeMap::new();
+        let Err((map, used, needed)) = self.needed(plans, &BTreeMap::new()) else {
+            return Ok(());
+        };
+        for p in plans {
+            self.release_allocated(p);
+        }
+        Err(ReconcileError::MapFull {
+            service: service.clone(),
+            map,
+            used,
+            capacity: self.maps.capacity().of(map),
+            needed: u32::try_from(needed).unwrap_or(u32::MAX),
+        })
+    }
+
+    /// The entries `plans` add to each map, if they fit beside those in use
+    /// and `reserved`; else the first map they do not fit in, with the
+    /// entries in use there (`reserved` included) and those they need.
+    fn needed(
+        &self,
+        plans: &[Plan],
+        reserved: &BTreeMap<MapName, u64>,
+    ) -> Result<BTreeMap<MapName, u64>, (MapName, u64, u64)> {
+        let mut needed: BTreeMap<MapName, u64> = BTreeMap::new();
         for p in plans {
             for (map, n) in planner::growth(self.image(p.frontend), p.image.as_ref()) {
-                *needed.entry(map).or_default() += n;
+                *needed.entry(map).or_default() += u64::from(n);
             }
         }
         let capacity = self.maps.capacity();
-        for (map, n) in needed {
-            let used = self.used.get(&map).copied().unwrap_or(0);
-            if used + u64::from(n) > u64::from(capacity.of(map)) {
-                for p in plans {
-                    self.release_allocated(p);
-                }
-                return Err(ReconcileError::MapFull {
-                    service: service.clone(),
-                    map,
-                    used,
-                    capacity: capacity.of(map),
-                    needed: n,
-                });
+        for (&map, &n) in &needed {
+            let used = self.used.get(&map).copied().unwrap_or(0)
+                + reserved.get(&map).copied().unwrap_or(0);
+            if used + n > u64::from(capacity.of(map)) {
+                return Err((map, used, n));
             }
         }
-        Ok(())
+        Ok(needed)
     }
 
     /// Applies `ops` in order; on failure, says how many were applied first.
@@ -620,14 +635,12 @@ impl<M: LbMaps> Reconciler<M> {
 /// there first). Hence: upserts External then All, then removals All then
 /// External.
 fn upsert_order(desired: &[DesiredFrontend]) -> Vec<(Frontend, &DesiredFrontend)> {
-    let mut out: Vec<(Frontend, &DesiredFrontend)> =
-        desired.iter().map(|d| (d.frontend, d)).collect();
-    out.sort_by_key(|(fe, _)| (fe.scope != Scope::External, *fe));
-    // A frontend listed twice: the last one, as a map keyed by it keeps.
-    out.reverse();
-    out.dedup_by_key(|(fe, _)| *fe);
-    out.reverse();
-    out
+    // Keyed by frontend, a frontend listed twice keeps its last entry.
+    let ordered: BTreeMap<(bool, Frontend), &DesiredFrontend> = desired
+        .iter()
+        .map(|d| ((d.frontend.scope != Scope::External, d.frontend), d))
+        .collect();
+    ordered.into_iter().map(|((_, fe), d)| (fe, d)).collect()
 }
 
 /// [`Reconciler::image`] where `self` is partly borrowed.

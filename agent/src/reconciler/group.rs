@@ -106,7 +106,7 @@ impl<M: LbMaps> Reconciler<M> {
             .iter()
             .all(|p| p.ops.iter().all(|op| phase(op) <= LAST_PHASE));
         let needed = adds_only
-            .then(|| self.fits(&plans, &group.reserved))
+            .then(|| self.needed(&plans, &group.reserved).ok())
             .flatten();
         let Some(needed) = needed else {
             // Alone, it fails or writes as it would without groups.
@@ -126,27 +126,6 @@ impl<M: LbMaps> Reconciler<M> {
             plans,
         });
         true
-    }
-
-    /// The entries `plans` take by map, if they fit beside `reserved`.
-    fn fits(
-        &self,
-        plans: &[Plan],
-        reserved: &BTreeMap<MapName, u64>,
-    ) -> Option<BTreeMap<MapName, u64>> {
-        let mut needed: BTreeMap<MapName, u64> = BTreeMap::new();
-        for p in plans {
-            for (map, n) in planner::growth(None, p.image.as_ref()) {
-                *needed.entry(map).or_default() += u64::from(n);
-            }
-        }
-        let capacity = self.maps.capacity();
-        let fits = needed.iter().all(|(map, n)| {
-            let used = self.used.get(map).copied().unwrap_or(0);
-            let reserved = reserved.get(map).copied().unwrap_or(0);
-            used + reserved + n <= u64::from(capacity.of(*map))
-        });
-        fits.then_some(needed)
     }
 
     /// Writes `group`'s plans phase by phase and records each member's result.
