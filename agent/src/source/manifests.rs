@@ -197,13 +197,7 @@ impl ManifestDir {
                 return Ok(());
             }
         }
-        let jobs: Vec<pipeline::Job> = reads
-            .into_iter()
-            .map(|(name, _)| {
-                let previous = self.files.get(&*name).map(|f| f.objects.clone());
-                (name, previous.unwrap_or_default())
-            })
-            .collect();
+        let jobs = self.jobs(reads.into_iter().map(|(name, _)| name));
         let dir = self.dir.clone();
         pipeline::parse_ahead(&dir, jobs, SCAN_CHUNK, |chunk| {
             let (names, outcomes): (Vec<_>, Vec<_>) = chunk.into_iter().unzip();
@@ -299,13 +293,28 @@ impl ManifestDir {
         if candidates.is_empty() {
             return Vec::new();
         }
-        let reads: Vec<FileName> = candidates
+        let reads = candidates
             .iter()
             .filter(|(_, todo)| matches!(todo, Todo::Read))
-            .map(|(name, _)| Arc::clone(name))
-            .collect();
-        let outcomes = parse_all(&self.dir, &reads, &self.files);
+            .map(|(name, _)| Arc::clone(name));
+        let jobs = self.jobs(reads);
+        let n = jobs.len();
+        let mut outcomes = Vec::with_capacity(n);
+        pipeline::parse_ahead(&self.dir, jobs, n, |read| {
+            outcomes.extend(read.into_iter().map(|(_, outcome)| outcome));
+            true
+        });
         self.fold(candidates, outcomes)
+    }
+
+    /// The files `names` to read, each with the objects it held.
+    fn jobs(&self, names: impl Iterator<Item = FileName>) -> Vec<pipeline::Job> {
+        names
+            .map(|name| {
+                let previous = self.files.get(&*name).map(|f| f.objects.clone());
+                (name, previous.unwrap_or_default())
+            })
+            .collect()
     }
 
     /// Folds in `candidates`, whose reads came to `outcomes` (one for each
@@ -421,32 +430,6 @@ impl ManifestDir {
         }
         out
     }
-}
-
-/// Reads and parses the files `names` of `dir` on every core; outcomes
-/// come back in the order of `names`.
-fn parse_all(dir: &Path, names: &[FileName], files: &FastMap<FileName, FileState>) -> Vec<Outcome> {
-    let empty = Objects::default();
-    let one = |n: &FileName| {
-        let previous = files.get(&**n).map_or(&empty, |f| &f.objects);
-        read_one(dir, n, previous)
-    };
-    let threads = pipeline::cores();
-    // Threads only pay off for a batch, such as a cold start.
-    if threads < 2 || names.len() < 64 {
-        return names.iter().map(one).collect();
-    }
-    let chunk = names.len().div_ceil(threads);
-    std::thread::scope(|scope| {
-        let workers: Vec<_> = names
-            .chunks(chunk)
-            .map(|part| scope.spawn(move || part.iter().map(one).collect::<Vec<_>>()))
-            .collect();
-        workers
-            .into_iter()
-            .flat_map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-            .collect()
-    })
 }
 
 /// Reads and parses the file `name` of `dir`; `previous` is what it held.

@@ -29,7 +29,7 @@ pub(super) type Job = (FileName, Objects);
 /// enough that the workers finish together.
 const BATCH: usize = 64;
 
-pub(super) fn cores() -> usize {
+fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
 }
 
@@ -42,6 +42,19 @@ pub(super) fn parse_ahead(
     chunk: usize,
     mut fold: impl FnMut(Vec<(FileName, Outcome)>) -> bool,
 ) {
+    // Threads only pay off for a batch, such as a cold start.
+    if cores() < 2 || jobs.len() < BATCH {
+        for part in jobs.chunks(chunk.max(1)) {
+            let items = part
+                .iter()
+                .map(|(name, previous)| (Arc::clone(name), read_one(dir, name, previous)))
+                .collect();
+            if !fold(items) {
+                return;
+            }
+        }
+        return;
+    }
     let batches: Vec<&[Job]> = jobs.chunks(BATCH).collect();
     let per_chunk = chunk.div_ceil(BATCH).max(1);
     let next = AtomicUsize::new(0);
