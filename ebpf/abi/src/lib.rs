@@ -770,8 +770,6 @@ mod tests {
 
     use super::*;
 
-    /// The kernel programs were compiled against these sizes; a change here is an
-    /// ABI break that needs new pin names.
     #[test]
     fn positions_fill_the_master_then_one_slot_per_eleven() {
         let entries = [0, 1, 11, 12, 22, 23].map(service_entries);
@@ -781,6 +779,8 @@ mod tests {
         assert_eq!(position_slot(SVC_IDS * 65_536), None);
     }
 
+    /// The kernel programs were compiled against these sizes; a change here is an
+    /// ABI break that needs new pin names.
     #[test]
     fn sizes_are_stable() {
         assert_eq!(size_of::<Addr>(), 16);
