@@ -7,6 +7,7 @@
 //! within a second of its return ([`reconnect`]). Back (or after a `410
 //! Gone`) they relist, and [`tracker::Tracker`] turns the relist into the
 //! difference against what the controller already has: no flush.
+pub mod lister;
 pub mod reconnect;
 pub mod tracker;
 
@@ -178,15 +179,23 @@ impl KubeSource {
             metrics,
             health,
         } = self;
-        let mut cfg = watcher::Config::default().labels(SELECTOR);
-        if streaming_lists {
-            cfg = cfg.streaming_lists();
-        }
         let outage = Outage::default();
-        let svc = watcher(Api::<Service>::all(client.clone()), cfg.clone())
-            .map(|e| Item::Service(Box::new(e)));
-        let eps = watcher(Api::<EndpointSlice>::all(client.clone()), cfg)
-            .map(|e| Item::Slice(Box::new(e)));
+        let (svc, eps) = if streaming_lists {
+            let cfg = watcher::Config::default()
+                .labels(SELECTOR)
+                .streaming_lists();
+            (
+                watcher(Api::<Service>::all(client.clone()), cfg.clone()).boxed(),
+                watcher(Api::<EndpointSlice>::all(client.clone()), cfg).boxed(),
+            )
+        } else {
+            (
+                lister::list_watch::<Service>(client.clone(), SELECTOR).boxed(),
+                lister::list_watch::<EndpointSlice>(client.clone(), SELECTOR).boxed(),
+            )
+        };
+        let svc = svc.map(|e| Item::Service(Box::new(e)));
+        let eps = eps.map(|e| Item::Slice(Box::new(e)));
         let nodes = watcher(
             Api::<Node>::all(client.clone()),
             watcher::Config::default().fields(&format!("metadata.name={node}")),
