@@ -235,6 +235,7 @@ impl<M: LbMaps> Controller<M> {
                 let removed = self.prune_stale(complete);
                 if !self.synced {
                     self.synced = true;
+                    self.reconciler.bulk(false);
                     crate::heap::release_free_memory();
                     info!(
                         services = self.store.service_count(),
@@ -298,7 +299,13 @@ impl<M: LbMaps> Controller<M> {
         // old owner has synced; those get a second try at the end of the
         // batch instead of an error and a retry two seconds later.
         let mut conflicted = Vec::new();
-        let bulk = n >= BULK;
+        // Before the first complete view every sync is one of a series (a
+        // cold start syncs a list as it arrives, in batches of a few
+        // hundred Services down to one): all go through groups, and the
+        // backends array stays mapped until the Synced handler lets go.
+        // Services synced one at a time had cost about five times as much
+        // each (perf, 100k Services from the API server).
+        let bulk = n >= BULK || !self.synced;
         if bulk {
             self.reconciler.bulk(true);
             // New Services are written a group at a time (see
@@ -332,7 +339,7 @@ impl<M: LbMaps> Controller<M> {
             ops += self.sync_one(&id, true).unwrap_or(0);
         }
         self.reconciler.flush_labels();
-        if bulk {
+        if bulk && self.synced {
             self.reconciler.bulk(false);
         }
         if !self.synced {
