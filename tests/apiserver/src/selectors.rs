@@ -94,7 +94,13 @@ impl LabelSelector {
         if self.0.is_empty() {
             return true;
         }
-        let labels = obj.pointer("/metadata/labels").and_then(Value::as_object);
+        // Not `pointer`, which allocates each segment of its path: this
+        // runs for every object of a list, and at 100k objects the
+        // pointers were a third of the server's CPU.
+        let labels = obj
+            .get("metadata")
+            .and_then(|m| m.get("labels"))
+            .and_then(Value::as_object);
         let get = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
         self.0.iter().all(|r| match r {
             Requirement::Eq(k, v) => get(k) == Some(v.as_str()),
