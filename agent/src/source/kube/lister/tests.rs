@@ -184,3 +184,56 @@ async fn it_lists_then_watches_and_relists_when_the_watch_is_gone() {
         ["list", "list c1", "watch 10", "watch 12", "list"]
     );
 }
+
+#[tokio::test]
+async fn a_failed_list_reports_the_servers_status_and_starts_over() {
+    // A Status body, then a body that is not one (a proxy's page), then a
+    // list: each failure is reported as kube-client reports it, and the next
+    // poll starts the list again.
+    let calls = Arc::new(Mutex::new(0));
+    let svc = tower::service_fn(move |_req: http::Request<kube::client::Body>| {
+        let calls = calls.clone();
+        async move {
+            let n = {
+                let mut c = calls.lock().unwrap();
+                *c += 1;
+                *c
+            };
+            let (code, body) = match n {
+                1 => (
+                    410,
+                    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": "expired", "reason": "Expired", "code": 410}).to_string(),
+                ),
+                2 => (503, "<html>upstream down</html>".to_owned()),
+                _ => (200, json!({"metadata": {"resourceVersion": "4"}, "items": []}).to_string()),
+            };
+            let res = http::Response::builder()
+                .status(code)
+                .body(kube::client::Body::from(body.into_bytes()))
+                .unwrap();
+            Ok::<_, std::convert::Infallible>(res)
+        }
+    });
+    let events = list_watch::<Service>(kube::Client::new(svc, "default"), "a!=b");
+    let seen: Vec<String> = events
+        .take(6)
+        .map(|e| match e {
+            Err(watcher::Error::InitialListFailed(kube::Error::Api(s))) => {
+                format!("list failed {} {}", s.code, s.message)
+            }
+            e => show(&e),
+        })
+        .collect()
+        .await;
+    assert_eq!(
+        seen,
+        [
+            "init",
+            "list failed 410 expired",
+            "init",
+            "list failed 503 <html>upstream down</html>",
+            "init",
+            "init-done",
+        ]
+    );
+}
