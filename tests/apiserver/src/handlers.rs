@@ -135,7 +135,7 @@ pub fn list(state: &State, r: &ApiRequest) -> Reply {
     let mut rest = inner.list_stored(r.res, r.namespace.as_deref(), after);
     for ((ns, name), obj) in rest.by_ref() {
         let value = convert::to_view(r.res, &obj.value);
-        if !sel.matches(&value) {
+        if !sel.matches_stored(obj, &value) {
             continue;
         }
         items.push((obj, value));

@@ -2,7 +2,7 @@
 //! `k8s.io/apimachinery/pkg/labels` and `.../fields`.
 use serde_json::Value;
 
-use crate::{error::ApiError, resources::ResourceDef};
+use crate::{error::ApiError, resources::ResourceDef, store::Stored};
 
 #[derive(Debug, Clone, PartialEq)]
 enum Requirement {
@@ -94,14 +94,20 @@ impl LabelSelector {
         if self.0.is_empty() {
             return true;
         }
-        // Not `pointer`, which allocates each segment of its path: this
-        // runs for every object of a list, and at 100k objects the
-        // pointers were a third of the server's CPU.
         let labels = obj
             .get("metadata")
             .and_then(|m| m.get("labels"))
             .and_then(Value::as_object);
-        let get = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
+        self.eval(|k| labels.and_then(|l| l.get(k)).and_then(Value::as_str))
+    }
+
+    /// As [`Self::matches`], over an object's labels read once when it was
+    /// stored (see [`LabelSet`]).
+    pub fn matches_set(&self, labels: &LabelSet) -> bool {
+        self.eval(|k| labels.get(k))
+    }
+
+    fn eval<'a>(&self, get: impl Fn(&str) -> Option<&'a str>) -> bool {
         self.0.iter().all(|r| match r {
             Requirement::Eq(k, v) => get(k) == Some(v.as_str()),
             Requirement::NotEq(k, v) => get(k) != Some(v.as_str()),
@@ -110,6 +116,37 @@ impl LabelSelector {
             Requirement::Exists(k) => get(k).is_some(),
             Requirement::NotExists(k) => get(k).is_none(),
         })
+    }
+}
+
+/// An object's labels, kept beside it as the real server's watch cache
+/// keeps each object's label set for filtering. Matching a list's selector
+/// through the object's JSON tree walked three maps of scattered strings per
+/// object: at 100k objects, 40% of this server's CPU while it served a list.
+/// Here the keys' lengths, held inline, rule out most keys unread.
+#[derive(Clone, Debug, Default)]
+pub struct LabelSet(Box<[(Box<str>, Box<str>)]>);
+
+impl LabelSet {
+    pub fn of(obj: &Value) -> Self {
+        let labels = obj
+            .get("metadata")
+            .and_then(|m| m.get("labels"))
+            .and_then(Value::as_object);
+        Self(
+            labels
+                .into_iter()
+                .flatten()
+                .filter_map(|(k, v)| Some((k.as_str().into(), v.as_str()?.into())))
+                .collect(),
+        )
+    }
+
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(k, _)| k.len() == key.len() && **k == *key)
+            .map(|(_, v)| &**v)
     }
 }
 
@@ -237,6 +274,11 @@ impl Selector {
     pub fn matches(&self, obj: &Value) -> bool {
         self.labels.matches(obj) && self.fields.matches(obj)
     }
+
+    /// As [`Self::matches`]: `view` is `stored` as the request reads it.
+    pub fn matches_stored(&self, stored: &Stored, view: &Value) -> bool {
+        self.labels.matches_set(&stored.labels) && self.fields.matches(view)
+    }
 }
 
 #[cfg(test)]
@@ -252,7 +294,13 @@ mod tests {
     #[test]
     fn label_operators() {
         let o = obj(json!({"app": "web", "tier": "fe"}));
-        let m = |s: &str| LabelSelector::parse(s).unwrap().matches(&o);
+        // The label set kept with a stored object answers as its JSON does.
+        let set = LabelSet::of(&o);
+        let m = |s: &str| {
+            let sel = LabelSelector::parse(s).unwrap();
+            assert_eq!(sel.matches(&o), sel.matches_set(&set), "{s}");
+            sel.matches(&o)
+        };
         assert!(m("app=web"));
         assert!(m("app==web,tier"));
         assert!(!m("app!=web"));
@@ -261,7 +309,12 @@ mod tests {
         assert!(m("!missing"));
         assert!(!m("!app"));
         assert!(m(""));
+        assert!(m("ap!=web,tie!=fe,tier=fe"));
         assert!(LabelSelector::parse("a b c=d").is_err());
+        // No labels at all.
+        let bare = json!({"metadata": {"name": "a"}});
+        let sel = LabelSelector::parse("!app,tier!=fe").unwrap();
+        assert!(sel.matches(&bare) && sel.matches_set(&LabelSet::of(&bare)));
     }
 
     #[test]

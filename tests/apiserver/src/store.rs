@@ -11,7 +11,7 @@ use bytes::Bytes;
 use serde_json::Value;
 use tokio::sync::broadcast;
 
-use crate::{convert, resources::ResourceDef};
+use crate::{convert, resources::ResourceDef, selectors::LabelSet};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EventKind {
@@ -44,6 +44,7 @@ type Objects = BTreeMap<(String, String), Stored>;
 pub struct Stored {
     pub value: Value,
     item: Bytes,
+    pub labels: LabelSet,
 }
 
 impl Stored {
@@ -56,7 +57,12 @@ impl Stored {
         };
         // Only string keys and JSON values: encoding cannot fail.
         let item = Bytes::from(item.unwrap_or_default());
-        Self { value, item }
+        let labels = LabelSet::of(&value);
+        Self {
+            value,
+            item,
+            labels,
+        }
     }
 
     /// The JSON of a list item.
