@@ -32,7 +32,10 @@ use serde::{
 };
 
 use super::LABEL_SERVICE_NAME;
+
+mod service;
 use crate::source::kube::TRIGGER_TIME;
+pub use service::Service;
 
 type Api = k8s_openapi::api::discovery::v1::EndpointSlice;
 

@@ -19,7 +19,7 @@ use std::{
 };
 
 use futures::{Stream, StreamExt as _};
-use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::core::v1::Node;
 use kube::{
     Api, Client, Config, Resource as _, ResourceExt as _,
     client::ClientBuilder,
@@ -35,7 +35,10 @@ use self::{
 };
 use super::SourceMsg;
 use crate::{
-    k8s::{self, LABEL_SERVICE_NAME, SliceOutcome, wire::EndpointSlice},
+    k8s::{
+        self, LABEL_SERVICE_NAME, SliceOutcome,
+        wire::{EndpointSlice, Service},
+    },
     model::{NodeInfo, ServiceId, SliceId},
     report::{Reason, Report, Reports, Stage, events::Uids},
     store::Change,
@@ -369,7 +372,7 @@ impl State {
                 let id = self.services.shared(id);
                 // Invalid ones too: their Events need it most.
                 self.uids.set(&id, svc.metadata.uid.as_deref());
-                let outcome = match k8s::service(&svc) {
+                let outcome = match k8s::service(&svc.into()) {
                     Ok(mut c) => {
                         debug_assert_eq!(c.value.id, id);
                         c.value.id = id.clone();
