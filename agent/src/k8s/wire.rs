@@ -22,7 +22,6 @@
 use std::{collections::BTreeMap, fmt, marker::PhantomData, net::IpAddr, sync::Arc};
 
 use k8s_openapi::{
-    NamespaceResourceScope,
     api::discovery::v1::{EndpointHints, EndpointPort},
     apimachinery::pkg::apis::meta::v1::ObjectMeta,
 };
@@ -274,28 +273,38 @@ impl<'de> Deserialize<'de> for StrOnly {
     }
 }
 
-impl k8s_openapi::Resource for EndpointSlice {
-    const API_VERSION: &'static str = <Api as k8s_openapi::Resource>::API_VERSION;
-    const GROUP: &'static str = <Api as k8s_openapi::Resource>::GROUP;
-    const KIND: &'static str = <Api as k8s_openapi::Resource>::KIND;
-    const VERSION: &'static str = <Api as k8s_openapi::Resource>::VERSION;
-    const URL_PATH_SEGMENT: &'static str = <Api as k8s_openapi::Resource>::URL_PATH_SEGMENT;
-    type Scope = NamespaceResourceScope;
-}
+/// Makes a lean wire type a resource of its own, with the API type's names
+/// and paths, so kube's `Api` and the lister take it in the API type's place.
+macro_rules! resource_as {
+    ($ty:ty, $api:ty) => {
+        impl k8s_openapi::Resource for $ty {
+            const API_VERSION: &'static str = <$api as k8s_openapi::Resource>::API_VERSION;
+            const GROUP: &'static str = <$api as k8s_openapi::Resource>::GROUP;
+            const KIND: &'static str = <$api as k8s_openapi::Resource>::KIND;
+            const VERSION: &'static str = <$api as k8s_openapi::Resource>::VERSION;
+            const URL_PATH_SEGMENT: &'static str =
+                <$api as k8s_openapi::Resource>::URL_PATH_SEGMENT;
+            type Scope = <$api as k8s_openapi::Resource>::Scope;
+        }
 
-impl k8s_openapi::ListableResource for EndpointSlice {
-    const LIST_KIND: &'static str = <Api as k8s_openapi::ListableResource>::LIST_KIND;
-}
+        impl k8s_openapi::ListableResource for $ty {
+            const LIST_KIND: &'static str = <$api as k8s_openapi::ListableResource>::LIST_KIND;
+        }
 
-impl k8s_openapi::Metadata for EndpointSlice {
-    type Ty = ObjectMeta;
-    fn metadata(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn metadata_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
+        impl k8s_openapi::Metadata for $ty {
+            type Ty = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+            fn metadata(&self) -> &Self::Ty {
+                &self.metadata
+            }
+            fn metadata_mut(&mut self) -> &mut Self::Ty {
+                &mut self.metadata
+            }
+        }
+    };
 }
+use resource_as;
+
+resource_as!(EndpointSlice, Api);
 
 #[cfg(test)]
 mod tests {

@@ -10,7 +10,6 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::{
-    NamespaceResourceScope,
     api::core::v1::{ServiceSpec, ServiceStatus},
     apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time},
 };
@@ -61,28 +60,7 @@ fn service_meta<'de, D: Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error>
     }))
 }
 
-impl k8s_openapi::Resource for Service {
-    const API_VERSION: &'static str = <Api as k8s_openapi::Resource>::API_VERSION;
-    const GROUP: &'static str = <Api as k8s_openapi::Resource>::GROUP;
-    const KIND: &'static str = <Api as k8s_openapi::Resource>::KIND;
-    const VERSION: &'static str = <Api as k8s_openapi::Resource>::VERSION;
-    const URL_PATH_SEGMENT: &'static str = <Api as k8s_openapi::Resource>::URL_PATH_SEGMENT;
-    type Scope = NamespaceResourceScope;
-}
-
-impl k8s_openapi::ListableResource for Service {
-    const LIST_KIND: &'static str = <Api as k8s_openapi::ListableResource>::LIST_KIND;
-}
-
-impl k8s_openapi::Metadata for Service {
-    type Ty = ObjectMeta;
-    fn metadata(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn metadata_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+super::resource_as!(Service, Api);
 
 #[cfg(test)]
 mod tests {
