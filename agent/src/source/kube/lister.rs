@@ -37,6 +37,9 @@ pub const PAGE_SIZE: u32 = 500;
 const WATCH_TIMEOUT_SECS: u32 = 290;
 /// How long past that timeout a silent watch is taken for a dead connection.
 const IDLE_MARGIN: Duration = Duration::from_secs(5);
+/// The most a page's `Content-Length` reserves at once: a 500-slice page is
+/// about 1.4 MB.
+const MAX_RESERVE: usize = 64 << 20;
 
 /// The objects of kind `K` matching `labels`, then their changes, forever.
 pub fn list_watch<K>(
@@ -113,8 +116,10 @@ async fn read_body(
         .and_then(|v| v.to_str().ok()?.parse::<usize>().ok());
     let mut body = res.into_body();
     buf.clear();
+    // The header is the server's word, not a promise: beyond a bound the
+    // buffer grows with what really arrives.
     if let Some(len) = len {
-        buf.reserve(len);
+        buf.reserve(len.min(MAX_RESERVE));
     }
     while let Some(frame) = body.frame().await {
         if let Ok(data) = frame?.into_data() {
@@ -223,9 +228,13 @@ where
             let body = match (&mut pending.0).await {
                 Ok(Ok(body)) => body,
                 Ok(Err(e)) => return (Some(Err(E::InitialListFailed(e))), State::Empty),
-                // Aborted only by dropping `pending`, so this is a panic in
-                // the request task: kube-client does not panic on bad input.
-                Err(e) => std::panic::resume_unwind(e.into_panic()),
+                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                // Cancelled, which only a runtime shutting down does here:
+                // a failed list, retried if anything still polls.
+                Err(e) => {
+                    let e = kube::Error::Service(Box::new(e));
+                    return (Some(Err(E::InitialListFailed(e))), State::Empty);
+                }
             };
             let mut next = None;
             let decoded = decode_page::<K>(&body, |meta| {
