@@ -2,12 +2,12 @@
 //! the controllers wait on. Controllers are level-triggered: a change to
 //! anything re-runs their whole decision, which is cheap at the sizes a test
 //! cluster has and cannot miss an edge.
-use std::fmt::Debug;
+use std::{fmt::Debug, time::Duration};
 
 use futures::StreamExt as _;
 use kube::{
     Api, Client, Resource,
-    runtime::{WatchStreamExt as _, reflector, watcher},
+    runtime::{WatchStreamExt as _, reflector, utils::Backoff, watcher},
 };
 use tokio::sync::watch;
 
@@ -93,7 +93,7 @@ where
     let tx = tx.clone();
     let stream = reflector(
         writer,
-        watcher(api, watcher::Config::default()).default_backoff(),
+        watcher(api, watcher::Config::default()).backoff(Retry::default()),
     );
     tasks.spawn(async move {
         let mut stream = std::pin::pin!(stream);
@@ -105,4 +105,53 @@ where
         }
     });
     store
+}
+
+/// How a reflector waits between failed watches: doubling from 250 ms to
+/// 2 s. client-go's (and kube's default) doubles to 30 s with up to 100%
+/// jitter, so after the drills' 10 s API-server outage one kind's cache
+/// could stay stale for another 20 s while the others had recovered: the
+/// scheduler, its node watch still waiting, bound pods to a node `kubectl
+/// drain` had just cordoned. A test cluster's controllers should be back
+/// when the server is, as the agent's watches are (its reconnect probe).
+#[derive(Clone, Copy, Debug)]
+struct Retry(Duration);
+
+const RETRY_FIRST: Duration = Duration::from_millis(250);
+const RETRY_MAX: Duration = Duration::from_secs(2);
+
+impl Default for Retry {
+    fn default() -> Self {
+        Self(RETRY_FIRST)
+    }
+}
+
+impl Iterator for Retry {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        let wait = self.0;
+        self.0 = (wait * 2).min(RETRY_MAX);
+        Some(wait)
+    }
+}
+
+impl Backoff for Retry {
+    fn reset(&mut self) {
+        *self = Self::default();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retries_double_to_two_seconds_and_start_over_after_a_success() {
+        let mut r = Retry::default();
+        let waits: Vec<u64> = r.by_ref().take(6).map(|d| d.as_millis() as u64).collect();
+        assert_eq!(waits, [250, 500, 1000, 2000, 2000, 2000]);
+        r.reset();
+        assert_eq!(r.next(), Some(RETRY_FIRST));
+    }
 }
