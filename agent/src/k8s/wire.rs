@@ -31,9 +31,9 @@ use serde::{
 };
 
 use super::LABEL_SERVICE_NAME;
+use crate::source::kube::TRIGGER_TIME;
 
 mod service;
-use crate::source::kube::TRIGGER_TIME;
 pub use service::Service;
 
 type Api = k8s_openapi::api::discovery::v1::EndpointSlice;

@@ -94,10 +94,7 @@ impl LabelSelector {
         if self.0.is_empty() {
             return true;
         }
-        let labels = obj
-            .get("metadata")
-            .and_then(|m| m.get("labels"))
-            .and_then(Value::as_object);
+        let labels = labels_of(obj);
         self.eval(|k| labels.and_then(|l| l.get(k)).and_then(Value::as_str))
     }
 
@@ -129,12 +126,8 @@ pub struct LabelSet(Box<[(Box<str>, Box<str>)]>);
 
 impl LabelSet {
     pub fn of(obj: &Value) -> Self {
-        let labels = obj
-            .get("metadata")
-            .and_then(|m| m.get("labels"))
-            .and_then(Value::as_object);
         Self(
-            labels
+            labels_of(obj)
                 .into_iter()
                 .flatten()
                 .filter_map(|(k, v)| Some((k.as_str().into(), v.as_str()?.into())))
@@ -148,6 +141,12 @@ impl LabelSet {
             .find(|(k, _)| k.len() == key.len() && **k == *key)
             .map(|(_, v)| &**v)
     }
+}
+
+/// `metadata.labels`, looked up key by key: `Value::pointer` allocates each
+/// segment of its path, and this runs for every object a selector meets.
+fn labels_of(obj: &Value) -> Option<&serde_json::Map<String, Value>> {
+    obj.get("metadata")?.get("labels")?.as_object()
 }
 
 /// Splits on commas outside parentheses (`a in (x,y),b`).
