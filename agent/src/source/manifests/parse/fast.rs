@@ -48,17 +48,10 @@ pub(super) fn yaml(text: &str, options: serde_saphyr::Options) -> Option<Vec<Doc
 /// Through the lite reader, or `None` where it leaves the text to
 /// serde-saphyr.
 pub(super) fn lite_yaml(text: &str) -> Option<Vec<Doc>> {
-    let nodes = lite::documents(text).ok()?;
-    let mut docs = Vec::with_capacity(nodes.len());
-    for node in &nodes {
-        // A document that is no mapping is no object: serde-saphyr and the
-        // general path say what it is instead.
-        if !matches!(node, lite::Node::Map(_)) {
-            return None;
-        }
-        docs.push(Some(AnyDoc::deserialize(lite::de::De(node)).ok()?));
-    }
-    documents(docs)
+    // A document that is no mapping is no object, and no `AnyDoc`:
+    // serde-saphyr and the general path say what it is instead.
+    let docs = lite::documents::<AnyDoc>(text).ok()?;
+    documents(docs.into_iter().map(Some).collect())
 }
 
 /// Through serde-saphyr.

@@ -6,19 +6,22 @@
 //! 100k files hold 260 MB. `kubectl get -o yaml`, `helm template` and
 //! hand-written manifests use a small part of YAML: block mappings and
 //! sequences, one-line flow collections, and one-line scalars. This reads
-//! exactly that part into a tree of borrowed text, and [`de`] hands the tree
-//! to serde.
+//! exactly that part, straight into the types serde asks for ([`de`]): no
+//! tree of the document is built first (at 100k files, building one and
+//! walking it again was a third of the parse).
 //!
 //! It is a filter, never a second opinion: anything outside that part
 //! (anchors, tags, block scalars, multi-line scalars, explicit keys, tabs,
 //! non-ASCII text, `\r`, directives, duplicate keys, any plain scalar whose
-//! type YAML resolves in more than one way) returns [`Unsupported`], and the
-//! caller parses the file with serde-saphyr as before. So the full parser
+//! type YAML resolves in more than one way) gives up ([`GiveUp`]), and the
+//! caller parses the file with serde-saphyr as before. What was read of the
+//! file until then is dropped with it. So the full parser
 //! still decides every file this cannot read, with its budgets against
 //! alias bombs and its error messages; and where this reads a file, it must
 //! read what the full parser reads. The tests and the `manifest_yaml` fuzz
 //! target hold it to that.
-pub(super) mod de;
+mod de;
+mod scalar;
 
 use std::borrow::Cow;
 
@@ -26,14 +29,7 @@ use std::borrow::Cow;
 /// the recursion here stays far from the stack's end.
 const MAX_DEPTH: u32 = 64;
 
-#[derive(Debug, PartialEq)]
-pub(super) enum Node<'a> {
-    Scalar(Scalar<'a>),
-    Map(Vec<(Scalar<'a>, Node<'a>)>),
-    Seq(Vec<Node<'a>>),
-}
-
-#[derive(Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub(super) struct Scalar<'a> {
     pub text: Cow<'a, str>,
     /// Unquoted: its type is resolved from its text (`80` is a number).
@@ -64,9 +60,47 @@ pub(super) struct Unsupported {
 
 type Result<T> = std::result::Result<T, Unsupported>;
 
-/// The stream's documents, without the empty ones (the full parser skips
-/// those too, and numbers the rest from 0).
-pub(super) fn documents(text: &str) -> Result<Vec<Node<'_>>> {
+/// Why the lite reader left a text to the full parser: YAML it does not
+/// read, or a value whose type it does not settle. Never shown: the full
+/// parser reports whatever it finds.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum GiveUp {
+    Unsupported(Unsupported),
+    Type(String),
+}
+
+impl From<Unsupported> for GiveUp {
+    fn from(u: Unsupported) -> Self {
+        Self::Unsupported(u)
+    }
+}
+
+impl std::fmt::Display for GiveUp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Unsupported(u) => write!(f, "{} at byte {}", u.what, u.at),
+            Self::Type(why) => f.write_str(why),
+        }
+    }
+}
+
+impl std::error::Error for GiveUp {}
+
+impl serde::de::Error for GiveUp {
+    fn custom<T: std::fmt::Display>(msg: T) -> Self {
+        Self::Type(msg.to_string())
+    }
+}
+
+fn give_up<T>(why: &str) -> std::result::Result<T, GiveUp> {
+    Err(GiveUp::Type(why.to_owned()))
+}
+
+/// The stream's documents, each read as a `T`, without the empty ones (the
+/// full parser skips those too, and numbers the rest from 0).
+pub(super) fn documents<'a, T: serde::Deserialize<'a>>(
+    text: &'a str,
+) -> std::result::Result<Vec<T>, GiveUp> {
     // One pass settles what the rest need not check: printable ASCII and
     // newlines only, so every byte is a char and no tab can hide in an
     // indent.
@@ -74,13 +108,15 @@ pub(super) fn documents(text: &str) -> Result<Vec<Node<'_>>> {
         return Err(Unsupported {
             what: "a byte other than printable ASCII or a newline",
             at,
-        });
+        }
+        .into());
     }
     let mut r = Reader {
         s: text,
         b: text.as_bytes(),
         pos: 0,
         depth: 0,
+        keys: Vec::new(),
     };
     let mut docs = Vec::new();
     let mut open = false;
@@ -94,10 +130,10 @@ pub(super) fn documents(text: &str) -> Result<Vec<Node<'_>>> {
             }
             Line::Content { indent, at } => {
                 if !open && !docs.is_empty() {
-                    return Err(r.unsupported("a second node in one document"));
+                    return Err(r.unsupported("a second node in one document").into());
                 }
                 r.pos = at;
-                docs.push(r.block_node(indent)?);
+                docs.push(T::deserialize(de::open(&mut r, de::At::Block(indent))?)?);
                 open = false;
             }
         }
@@ -120,6 +156,9 @@ struct Reader<'a> {
     b: &'a [u8],
     pos: usize,
     depth: u32,
+    /// The keys of the mappings open now, outermost first: one buffer for
+    /// the file, where each mapping holding its own cost an allocation.
+    keys: Vec<Cow<'a, str>>,
 }
 
 /// Where a byte other than printable ASCII or `\n` is. In chunks without
@@ -264,97 +303,6 @@ impl<'a> Reader<'a> {
         Ok(())
     }
 
-    /// The block node whose first byte is at `pos`, in column `col`.
-    fn block_node(&mut self, col: usize) -> Result<Node<'a>> {
-        self.enter()?;
-        let node = if self.peek() == Some(b'-') && self.blank_at(self.pos + 1) {
-            self.block_seq(col)?
-        } else if let Some(key) = self.key()? {
-            self.block_map(col, key)?
-        } else {
-            let node = self.inline_value()?;
-            self.end_line()?;
-            node
-        };
-        self.depth -= 1;
-        Ok(node)
-    }
-
-    fn block_seq(&mut self, col: usize) -> Result<Node<'a>> {
-        let mut items = Vec::with_capacity(4);
-        loop {
-            // At the `-`.
-            self.pos += 1;
-            let spaces = self.skip_spaces();
-            let item = if matches!(self.peek(), None | Some(b'\n' | b'#')) {
-                self.end_line()?;
-                self.nested_or_null(col, false)?
-            } else {
-                self.block_node(col + 1 + spaces)?
-            };
-            items.push(item);
-            match self.next_line()? {
-                Line::Content { indent, at }
-                    if indent == col && self.b[at] == b'-' && self.blank_at(at + 1) =>
-                {
-                    self.pos = at;
-                }
-                Line::Content { indent, .. } if indent > col => {
-                    return Err(self.unsupported("a line indented into a sequence item"));
-                }
-                _ => return Ok(Node::Seq(items)),
-            }
-        }
-    }
-
-    /// After `key:` or `-` with nothing more on the line: the block on the
-    /// next lines that belongs to it, or null. A sequence may sit in the
-    /// key's own column (`same_col_seq`), as `kubectl` writes them.
-    fn nested_or_null(&mut self, col: usize, same_col_seq: bool) -> Result<Node<'a>> {
-        if let Line::Content { indent, at } = self.next_line()? {
-            let dash = self.b[at] == b'-' && self.blank_at(at + 1);
-            if indent > col || (same_col_seq && indent == col && dash) {
-                self.pos = at;
-                return self.block_node(indent);
-            }
-        }
-        Ok(Node::Scalar(Scalar::plain("")))
-    }
-
-    fn block_map(&mut self, col: usize, first: Scalar<'a>) -> Result<Node<'a>> {
-        // Most mappings in manifests have a handful of keys; starting there
-        // saves growing from four.
-        let mut entries = Vec::with_capacity(6);
-        let mut key = first;
-        loop {
-            // Past the `:`.
-            self.skip_spaces();
-            let value = if matches!(self.peek(), None | Some(b'\n' | b'#')) {
-                self.end_line()?;
-                self.nested_or_null(col, true)?
-            } else {
-                let v = self.inline_value()?;
-                self.end_line()?;
-                v
-            };
-            entries.push((key, value));
-            match self.next_line()? {
-                Line::Content { indent, at } if indent == col => {
-                    self.pos = at;
-                    key = self
-                        .key()?
-                        .ok_or_else(|| self.unsupported("a line in a mapping that is no key"))?;
-                }
-                Line::Content { indent, .. } if indent > col => {
-                    return Err(self.unsupported("a line indented into a mapping value"));
-                }
-                _ => break,
-            }
-        }
-        no_duplicates(&entries).map_err(|()| self.unsupported("a duplicate key"))?;
-        Ok(Node::Map(entries))
-    }
-
     /// A block mapping key at `pos`, moving past its `:`; `None` (not
     /// moving) when the line holds no key.
     fn key(&mut self) -> Result<Option<Scalar<'a>>> {
@@ -393,11 +341,10 @@ impl<'a> Reader<'a> {
         }
     }
 
-    /// A value that starts and ends on this line, in block context.
-    fn inline_value(&mut self) -> Result<Node<'a>> {
+    /// A scalar that starts and ends on this line, in block context.
+    fn inline_scalar(&mut self) -> Result<Scalar<'a>> {
         match self.peek() {
-            Some(b'[' | b'{') => self.flow_node(),
-            Some(q @ (b'"' | b'\'')) => Ok(Node::Scalar(self.quoted(q)?)),
+            Some(q @ (b'"' | b'\'')) => self.quoted(q),
             Some(c) if starts_plain(c, self.at(self.pos + 1)) => {
                 let mut i = self.pos;
                 loop {
@@ -413,65 +360,16 @@ impl<'a> Reader<'a> {
                 }
                 let text = self.s[self.pos..i].trim_end_matches(' ');
                 self.pos += text.len();
-                Ok(Node::Scalar(Scalar::plain(text)))
+                Ok(Scalar::plain(text))
             }
             _ => Err(self.unsupported("an anchor, alias, tag, block scalar or other indicator")),
         }
     }
 
-    /// `[..]` or `{..}` or a scalar inside them; all on one line.
-    fn flow_node(&mut self) -> Result<Node<'a>> {
-        self.skip_spaces();
+    /// A scalar inside a flow collection, at `pos` (spaces skipped).
+    fn flow_scalar(&mut self) -> Result<Scalar<'a>> {
         match self.peek() {
-            Some(b'[') => {
-                self.enter()?;
-                self.pos += 1;
-                let mut items = Vec::with_capacity(2);
-                while !self.flow_close(b']')? {
-                    items.push(self.flow_node()?);
-                    self.skip_spaces();
-                    if self.peek() == Some(b':') {
-                        return Err(self.unsupported("a mapping inside a flow sequence"));
-                    }
-                    self.flow_comma(b']')?;
-                }
-                self.depth -= 1;
-                Ok(Node::Seq(items))
-            }
-            Some(b'{') => {
-                self.enter()?;
-                self.pos += 1;
-                let mut entries = Vec::with_capacity(4);
-                while !self.flow_close(b'}')? {
-                    let key = match self.flow_node()? {
-                        Node::Scalar(k) => k,
-                        _ => return Err(self.unsupported("a collection as a key")),
-                    };
-                    self.skip_spaces();
-                    if self.peek() != Some(b':') {
-                        return Err(self.unsupported("a flow mapping key without a value"));
-                    }
-                    self.pos += 1;
-                    // `{"a":1}` is JSON and YAML; `{a:1}` is the key `a:1`,
-                    // which the scalar above has already taken whole. After
-                    // a plain key the value must be set apart by a space:
-                    // in `{a :[b]}` YAML 1.2 reads `:` as an empty value
-                    // and the `[b]` after it as an error (rule 147).
-                    if key.plain && !self.blank_at(self.pos) {
-                        return Err(self.unsupported("a value against the `:` of a plain key"));
-                    }
-                    self.skip_spaces();
-                    if matches!(self.peek(), Some(b',' | b'}')) {
-                        return Err(self.unsupported("a flow mapping key without a value"));
-                    }
-                    entries.push((key, self.flow_node()?));
-                    self.flow_comma(b'}')?;
-                }
-                self.depth -= 1;
-                no_duplicates(&entries).map_err(|()| self.unsupported("a duplicate key"))?;
-                Ok(Node::Map(entries))
-            }
-            Some(q @ (b'"' | b'\'')) => Ok(Node::Scalar(self.quoted(q)?)),
+            Some(q @ (b'"' | b'\'')) => self.quoted(q),
             Some(c) if starts_plain(c, self.at(self.pos + 1)) => {
                 let from = self.pos;
                 loop {
@@ -492,7 +390,7 @@ impl<'a> Reader<'a> {
                     }
                 }
                 let text = self.s[from..self.pos].trim_end_matches(' ');
-                Ok(Node::Scalar(Scalar::plain(text)))
+                Ok(Scalar::plain(text))
             }
             _ => Err(self.unsupported("an empty or indicated value in a flow collection")),
         }
@@ -602,25 +500,6 @@ fn escape(b: &[u8]) -> Option<(char, usize)> {
         b'u' => (hex(4)?, 5),
         _ => return None,
     })
-}
-
-/// The full parser refuses a mapping with a key twice; so does this, by
-/// leaving it to that parser.
-fn no_duplicates(entries: &[(Scalar<'_>, Node<'_>)]) -> std::result::Result<(), ()> {
-    if entries.len() <= 16 {
-        for (i, (k, _)) in entries.iter().enumerate() {
-            if entries[..i].iter().any(|(j, _)| j.text == k.text) {
-                return Err(());
-            }
-        }
-        return Ok(());
-    }
-    let mut keys: Vec<&str> = entries.iter().map(|(k, _)| &*k.text).collect();
-    keys.sort_unstable();
-    if keys.windows(2).any(|w| w[0] == w[1]) {
-        return Err(());
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -1,3 +1,5 @@
+use serde_json::{Value, json};
+
 use super::{super::fast, *};
 
 /// The lite reader takes `text` and reads what serde-saphyr reads.
@@ -6,7 +8,7 @@ fn agrees(text: &str) {
     let lite = fast::lite_yaml(text).unwrap_or_else(|| {
         panic!(
             "the lite reader gave up ({:?}) on\n{text}",
-            documents(text).err()
+            documents::<Value>(text).err()
         )
     });
     let full = fast::saphyr_yaml(text, serde_saphyr::Options::default())
@@ -215,57 +217,72 @@ fn ignored_fields_are_checked_as_serde_saphyr_checks_them() {
 }
 
 #[test]
-fn the_tree_holds_block_flow_and_same_column_sequences() {
-    let s = |t: &'static str| Node::Scalar(Scalar::plain(t));
-    let docs =
-        documents("a:\n- 1\n- b: [x, 'y']\n  c:\nd: {e: f}\n---\n# only a comment\n---\ng: h\n")
-            .unwrap();
+fn reads_block_flow_and_same_column_sequences() {
+    let docs = documents::<Value>(
+        "a:\n- 1\n- b: [x, 'y', '1']\n  c:\nd: {e: f, \"g\": [], h: {}}\n---\n# only a comment\n---\ng: h\n",
+    )
+    .unwrap();
     assert_eq!(
         docs,
         vec![
-            Node::Map(vec![
-                (
-                    Scalar::plain("a"),
-                    Node::Seq(vec![
-                        s("1"),
-                        Node::Map(vec![
-                            (
-                                Scalar::plain("b"),
-                                Node::Seq(vec![
-                                    s("x"),
-                                    Node::Scalar(Scalar {
-                                        text: "y".into(),
-                                        plain: false
-                                    })
-                                ])
-                            ),
-                            (Scalar::plain("c"), s("")),
-                        ]),
-                    ])
-                ),
-                (
-                    Scalar::plain("d"),
-                    Node::Map(vec![(Scalar::plain("e"), s("f"))])
-                ),
-            ]),
-            Node::Map(vec![(Scalar::plain("g"), s("h"))]),
+            json!({"a": [1, {"b": ["x", "y", "1"], "c": null}], "d": {"e": "f", "g": [], "h": {}}}),
+            json!({"g": "h"}),
         ]
     );
 }
 
+/// Values nobody reads are read all the same, and checked.
 #[test]
-fn says_where_it_gave_up() {
+fn ignored_values_are_read_to_their_end() {
+    #[derive(serde::Deserialize, Debug, PartialEq)]
+    struct Only {
+        b: String,
+    }
+    let only = |text| documents::<Only>(text).map(|mut d| d.remove(0));
+    let want = Only { b: "x".into() };
     assert_eq!(
-        documents("a: 1\nb: &x 2\n"),
-        Err(Unsupported {
-            what: "an anchor, alias, tag, block scalar or other indicator",
-            at: 8
+        only("a:\n  - [1, {c: d}]\n  - e: {80: f}\nb: x\n"),
+        Ok(want)
+    );
+    assert_eq!(
+        only("a: {c: d, c: e}\nb: x\n").unwrap_err(),
+        GiveUp::Unsupported(Unsupported {
+            what: "a duplicate key",
+            at: 13
         })
     );
+    assert!(only("a: [.inf]\nb: x\n").is_err());
+}
+
+/// A mapping of many keys still finds the one written twice.
+#[test]
+fn finds_a_duplicate_among_many_keys() {
+    let keys: String = (0..100).map(|i| format!("  k{i}: v\n")).collect();
+    let text = format!("a:\n{keys}  k7: again\n");
+    assert!(matches!(
+        documents::<Value>(&text),
+        Err(GiveUp::Unsupported(Unsupported {
+            what: "a duplicate key",
+            ..
+        }))
+    ));
+    assert!(documents::<Value>(&format!("a:\n{keys}")).is_ok());
+}
+
+#[test]
+fn says_where_it_gave_up() {
+    let unsupported = |text: &str| match documents::<Value>(text) {
+        Err(GiveUp::Unsupported(u)) => u,
+        other => panic!("{other:?}"),
+    };
     assert_eq!(
-        documents("a: 1\na: 2\n").unwrap_err().what,
-        "a duplicate key"
+        unsupported("a: 1\nb: &x 2\n"),
+        Unsupported {
+            what: "an anchor, alias, tag, block scalar or other indicator",
+            at: 8
+        }
     );
+    assert_eq!(unsupported("a: 1\na: 2\n").what, "a duplicate key");
     let deep = format!("a: {}{}\n", "[".repeat(100), "]".repeat(100));
-    assert_eq!(documents(&deep).unwrap_err().what, "deep nesting");
+    assert_eq!(unsupported(&deep).what, "deep nesting");
 }
