@@ -197,21 +197,37 @@ impl<M: LbMaps> Reconciler<M> {
 
 /// Every member's ops, stably sorted by phase, and for each the member and
 /// plan it comes from.
+///
+/// A pass per phase, into vectors sized once: a group's ops (thousands) were
+/// pushed into one growing vector per phase before, and the copies and fresh
+/// pages of their growth showed in profiles.
 fn merge(members: &[Member<'_>]) -> (Vec<MapOp>, Vec<(usize, usize)>) {
-    let mut phases: Vec<Vec<(MapOp, (usize, usize))>> =
-        (0..=LAST_PHASE).map(|_| Vec::new()).collect();
-    for (m, member) in members.iter().enumerate() {
-        for (p, plan) in member.plans.iter().enumerate() {
+    let plans = || {
+        members.iter().enumerate().flat_map(|(m, member)| {
+            member
+                .plans
+                .iter()
+                .enumerate()
+                .map(move |(p, plan)| (m, p, plan))
+        })
+    };
+    let total = plans().map(|(_, _, plan)| plan.ops.len()).sum();
+    let mut ops = Vec::with_capacity(total);
+    let mut owners = Vec::with_capacity(total);
+    for now in 0..=LAST_PHASE {
+        for (m, p, plan) in plans() {
             debug_assert!(
                 plan.ops.windows(2).all(|w| phase(&w[0]) <= phase(&w[1])),
                 "a plan's ops come in phase order"
             );
-            for op in &plan.ops {
-                phases[usize::from(phase(op))].push((op.clone(), (m, p)));
+            for op in plan.ops.iter().filter(|op| phase(op) == now) {
+                ops.push(op.clone());
+                owners.push((m, p));
             }
         }
     }
-    phases.into_iter().flatten().unzip()
+    debug_assert_eq!(ops.len(), total, "every op has a phase up to LAST_PHASE");
+    (ops, owners)
 }
 
 /// The error a member reports whose own writes did not fail, when undoing

@@ -1,6 +1,6 @@
 //! Which endpoints back a frontend: kube-proxy's endpoint selection (traffic
 //! policy, topology hints, terminating fallback) on the agent's model types.
-use std::{collections::BTreeMap, net::IpAddr};
+use std::net::IpAddr;
 
 use crate::model::{
     Backend, BackendState, EndpointSpec, IpFamily, NodeInfo, Protocol, SliceSpec, TrafficPolicy,
@@ -76,7 +76,9 @@ pub fn backends_for(
         TrafficPolicy::Local => Scope::Local,
         TrafficPolicy::Cluster => topology_scope(candidates.iter().map(|(_, ep)| *ep), node),
     };
-    let mut best: BTreeMap<(IpAddr, u16), BackendState> = BTreeMap::new();
+    // Sorted, then deduplicated: one allocation where a map of a dozen
+    // entries took several, for every port of every Service at a cold start.
+    let mut all: Vec<Backend> = Vec::with_capacity(candidates.len());
     for &(port, ep) in candidates {
         let Some(state) = ep.backend_state() else {
             continue;
@@ -86,15 +88,12 @@ pub fn backends_for(
         if !admitted {
             continue;
         }
-        for addr in ep.addrs() {
-            best.entry((addr, port))
-                .and_modify(|s| *s = (*s).min(state))
-                .or_insert(state);
-        }
+        all.extend(ep.addrs().map(|addr| Backend { addr, port, state }));
     }
-    best.into_iter()
-        .map(|((addr, port), state)| Backend { addr, port, state })
-        .collect()
+    // The best state of each address and port first, then the others go.
+    all.sort_unstable_by_key(|b| (b.addr, b.port, b.state));
+    all.dedup_by(|later, first| (later.addr, later.port) == (first.addr, first.port));
+    all
 }
 
 /// Which endpoints a frontend may use on this node.

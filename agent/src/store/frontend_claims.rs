@@ -25,8 +25,7 @@ use std::{collections::BTreeSet, net::IpAddr};
 use super::{Claim, Store, StoreError, frontends};
 use crate::hash::HashMap;
 use crate::model::{
-    DesiredFrontend, Frontend, FrontendKind, LbOptions, NodeInfo, Scope, ServiceId, ServiceSpec,
-    ServiceType,
+    DesiredFrontend, Frontend, FrontendKind, NodeInfo, Scope, ServiceId, ServiceSpec, ServiceType,
 };
 use crate::small_set::SmallSet;
 
@@ -45,12 +44,11 @@ pub(super) struct FrontendClaims {
 /// The frontends `svc` produces on `node` (one per address, port and
 /// protocol), whether or not it is valid: what it claims. Not its node
 /// ports: the node-port claims settle those, with the chains they need.
-fn keys(svc: &ServiceSpec, node: &NodeInfo) -> BTreeSet<Frontend> {
-    frontends::desired(svc, &[], node, &LbOptions::default())
-        .frontends
-        .iter()
-        .filter(|d| d.kind != FrontendKind::NodePort)
-        .map(|d| d.frontend.in_scope(Scope::All))
+fn keys(svc: &ServiceSpec, node: &NodeInfo) -> Vec<Frontend> {
+    frontends::frontend_kinds(svc, node)
+        .into_iter()
+        .filter(|(_, kind)| *kind != FrontendKind::NodePort)
+        .map(|(fe, _)| fe)
         .collect()
 }
 
@@ -233,11 +231,10 @@ impl Store {
         if !ok {
             return false;
         }
-        let kind = frontends::desired(svc, &[], &self.node, &LbOptions::default())
-            .frontends
-            .iter()
-            .find(|d| d.frontend.in_scope(Scope::All) == fe)
-            .map(|d| d.kind);
+        let kind = frontends::frontend_kinds(svc, &self.node)
+            .into_iter()
+            .find(|(f, _)| *f == fe)
+            .map(|(_, kind)| kind);
         match kind {
             Some(FrontendKind::ExternalIp) => self.claims.vip_owner(fe.addr, &svc.id).is_none(),
             Some(_) => true,

@@ -5,9 +5,12 @@
 
 use super::backends::{backends_for, candidates, local_ready};
 use crate::hash::HashSet;
+use std::net::IpAddr;
+
 use crate::model::{
     Backend, BackendState, DesiredFrontend, Frontend, FrontendKind, IpFamily, LbAlgorithm,
-    LbOptions, NodeInfo, Scope, ServiceSpec, ServiceType, SliceSpec, TrafficPolicy,
+    LbOptions, NodeInfo, Scope, ServicePortSpec, ServiceSpec, ServiceType, SliceSpec,
+    TrafficPolicy,
 };
 
 /// What a Service should look like in the datapath and around it.
@@ -71,7 +74,12 @@ pub fn desired(
             // clients (pods and the node), which kube-proxy sends to any
             // endpoint even for external destinations ("pod traffic for
             // external destinations" short-circuits the local-only check).
-            let cluster = if svc.internal_policy == TrafficPolicy::Cluster {
+            //
+            // Only frontends other than cluster IPs use them: most Services
+            // have none, and skip the copy.
+            let cluster = if !svc.kind.has_node_ports() && svc.external_ips.is_empty() {
+                Vec::new()
+            } else if svc.internal_policy == TrafficPolicy::Cluster {
                 internal.clone()
             } else {
                 backends_for(&cands, TrafficPolicy::Cluster, node)
@@ -89,12 +97,6 @@ pub fn desired(
                 no_local.internal += u32::from(internal_local && none_serve(&internal));
                 no_local.external += u32::from(local && none_serve(&local_only));
             }
-            let of_family = |ips: &[std::net::IpAddr]| -> Vec<std::net::IpAddr> {
-                ips.iter()
-                    .copied()
-                    .filter(|ip| IpFamily::of(ip) == family)
-                    .collect()
-            };
             let mut add = |addr, port_number, kind: FrontendKind, backends: &Vec<Backend>| {
                 let frontend = Frontend::new(addr, port_number, port.proto);
                 // The first kind to claim an address:port wins (a node address
@@ -137,24 +139,14 @@ pub fn desired(
                 }
                 out.push(d);
             };
-            for ip in of_family(&svc.cluster_ips) {
-                add(ip, port.port, FrontendKind::ClusterIp, &internal);
-            }
-            if let Some(node_port) = port.node_port.filter(|_| svc.kind.has_node_ports()) {
-                for ip in of_family(&node.node_ports) {
-                    add(ip, node_port, FrontendKind::NodePort, &cluster);
-                }
-            }
-            // Load-balancer IPs before external IPs: if one address is both,
-            // its source ranges must not be lost.
-            if svc.kind == ServiceType::LoadBalancer {
-                for ip in of_family(&svc.lb_ips) {
-                    add(ip, port.port, FrontendKind::LoadBalancer, &cluster);
-                }
-            }
-            for ip in of_family(&svc.external_ips) {
-                add(ip, port.port, FrontendKind::ExternalIp, &cluster);
-            }
+            each_frontend(svc, port, family, node, |ip, number, kind| {
+                let backends = if kind == FrontendKind::ClusterIp {
+                    &internal
+                } else {
+                    &cluster
+                };
+                add(ip, number, kind, backends);
+            });
         }
     }
     // The primary family's count, as kube-proxy's primary proxier reports; a
@@ -182,4 +174,58 @@ pub fn desired(
         refused: Vec::new(),
         no_local,
     }
+}
+
+/// The frontends of one port and family of `svc`, as address, port number
+/// and kind, in the order that settles an address:port two kinds share:
+/// the first takes it (a node address that is also a load-balancer IP is a
+/// node port, and a load-balancer IP that is also an external IP keeps its
+/// source ranges).
+fn each_frontend(
+    svc: &ServiceSpec,
+    port: &ServicePortSpec,
+    family: IpFamily,
+    node: &NodeInfo,
+    mut f: impl FnMut(IpAddr, u16, FrontendKind),
+) {
+    fn of_family(ips: &[IpAddr], family: IpFamily) -> impl Iterator<Item = IpAddr> + '_ {
+        ips.iter()
+            .copied()
+            .filter(move |ip| IpFamily::of(ip) == family)
+    }
+    for ip in of_family(&svc.cluster_ips, family) {
+        f(ip, port.port, FrontendKind::ClusterIp);
+    }
+    if let Some(node_port) = port.node_port.filter(|_| svc.kind.has_node_ports()) {
+        for ip in of_family(&node.node_ports, family) {
+            f(ip, node_port, FrontendKind::NodePort);
+        }
+    }
+    if svc.kind == ServiceType::LoadBalancer {
+        for ip in of_family(&svc.lb_ips, family) {
+            f(ip, port.port, FrontendKind::LoadBalancer);
+        }
+    }
+    for ip in of_family(&svc.external_ips, family) {
+        f(ip, port.port, FrontendKind::ExternalIp);
+    }
+}
+
+/// Every frontend `svc` produces on `node` and its kind, in [`Scope::All`]
+/// (one per address, port and protocol), whatever its endpoints: what
+/// [`desired`] gives without building any of them.
+pub fn frontend_kinds(svc: &ServiceSpec, node: &NodeInfo) -> Vec<(Frontend, FrontendKind)> {
+    let mut out: Vec<(Frontend, FrontendKind)> = Vec::new();
+    let mut seen = HashSet::default();
+    for port in &svc.ports {
+        for family in svc.families() {
+            each_frontend(svc, port, family, node, |ip, number, kind| {
+                let frontend = Frontend::new(ip, number, port.proto);
+                if seen.insert(frontend) {
+                    out.push((frontend, kind));
+                }
+            });
+        }
+    }
+    out
 }
