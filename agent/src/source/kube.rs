@@ -33,7 +33,7 @@ use self::{
     reconnect::{Outage, Retry},
     tracker::{Outcome, Tracker},
 };
-use super::SourceMsg;
+use super::{Batch, SourceMsg};
 use crate::{
     k8s::{
         self, LABEL_SERVICE_NAME, SliceOutcome,
@@ -254,14 +254,15 @@ impl KubeSource {
             // What is already decoded goes out in one message: one per
             // object kept the controller waking (and the two threads
             // trading the core) 200k times for a 100k-Service list.
-            let mut out = state.handle(item);
+            let mut batch = Batch::default();
+            state.handle_into(item, &mut batch);
             for _ in 1..WATCH_BUFFER {
                 match items.try_recv() {
-                    Ok(item) => SourceMsg::coalesce(&mut out, state.handle(item)),
+                    Ok(item) => state.handle_into(item, &mut batch),
                     Err(_) => break,
                 }
             }
-            for msg in out {
+            for msg in batch.into_messages() {
                 if tx.send(msg).await.is_err() {
                     return;
                 }
@@ -300,36 +301,37 @@ struct State {
 }
 
 impl State {
+    /// One event's messages; for tests.
+    #[cfg(test)]
     fn handle(&mut self, item: Item) -> Vec<SourceMsg> {
-        let mut changes = Vec::new();
-        let mut triggers = Vec::new();
+        let mut batch = Batch::default();
+        self.handle_into(item, &mut batch);
+        batch.into_messages()
+    }
+
+    fn handle_into(&mut self, item: Item, batch: &mut Batch) {
         match item {
             Item::Service(e) => match *e {
-                Ok(ev) => self.on_service(ev, &mut changes),
+                Ok(ev) => self.on_service(ev, batch.changes()),
                 Err(e) => self.watch_failed("Service", &e),
             },
             Item::Slice(e) => match *e {
-                Ok(ev) => self.on_slice(ev, &mut changes, &mut triggers),
+                Ok(ev) => {
+                    let (changes, triggers) = batch.both();
+                    self.on_slice(ev, changes, triggers);
+                }
                 Err(e) => self.watch_failed("EndpointSlice", &e),
             },
             Item::Node(e) => match *e {
-                Ok(ev) => self.on_node(ev, &mut changes),
+                Ok(ev) => self.on_node(ev, batch.changes()),
                 Err(e) => self.watch_failed("Node", &e),
             },
-        }
-        let mut out = Vec::new();
-        if !triggers.is_empty() {
-            out.push(SourceMsg::Triggers(triggers));
-        }
-        if !changes.is_empty() {
-            out.push(SourceMsg::Changes(changes));
         }
         if !self.synced_sent && self.services.synced() && self.slices.synced() {
             self.synced_sent = true;
             info!("API source: initial list of Services and EndpointSlices complete");
-            out.push(SourceMsg::Synced { complete: true });
+            batch.synced(true);
         }
-        out
     }
 
     fn watch_failed(&mut self, kind: &'static str, e: &watcher::Error) {

@@ -21,30 +21,62 @@ pub enum SourceMsg {
     },
 }
 
-impl SourceMsg {
-    /// Appends `more` to `out`, merging changes into the changes and
-    /// triggers into the triggers sent since the last `Synced`. Nothing
-    /// crosses a `Synced`: the controller syncs what came before it. Within
-    /// that, triggers are only looked up when a Service syncs, so their
-    /// place among the changes does not matter.
-    pub fn coalesce(out: &mut Vec<Self>, more: Vec<Self>) {
-        for msg in more {
-            let since = out
-                .iter()
-                .rposition(|m| matches!(m, Self::Synced { .. }))
-                .map_or(0, |i| i + 1);
-            let into = out[since..].iter_mut().find(|m| {
-                matches!(
-                    (m, &msg),
-                    (Self::Changes(_), Self::Changes(_)) | (Self::Triggers(_), Self::Triggers(_))
-                )
-            });
-            match (into, msg) {
-                (Some(Self::Changes(a)), Self::Changes(b)) => a.extend(b),
-                (Some(Self::Triggers(a)), Self::Triggers(b)) => a.extend(b),
-                (_, msg) => out.push(msg),
-            }
+/// The messages a run of source events makes, built in place: changes
+/// merge into the changes and triggers into the triggers sent since the last
+/// `Synced`. Nothing crosses a `Synced`: the controller syncs what came
+/// before it. Within that, triggers are only looked up when a Service
+/// syncs, so their place among the changes does not matter.
+///
+/// In place: a message list per event, merged into the run's, was three
+/// allocations for each of the 200k objects of a cold start.
+#[derive(Debug, Default)]
+pub struct Batch {
+    sealed: Vec<SourceMsg>,
+    triggers: Vec<Trigger>,
+    changes: Vec<Change>,
+}
+
+/// When a Service's coming change happened (see [`SourceMsg::Triggers`]).
+pub type Trigger = (crate::model::ServiceId, std::time::SystemTime);
+
+impl Batch {
+    pub fn change(&mut self, c: Change) {
+        self.changes.push(c);
+    }
+
+    pub fn changes(&mut self) -> &mut Vec<Change> {
+        &mut self.changes
+    }
+
+    pub fn triggers(&mut self) -> &mut Vec<Trigger> {
+        &mut self.triggers
+    }
+
+    /// The changes and the triggers, to fill together.
+    pub fn both(&mut self) -> (&mut Vec<Change>, &mut Vec<Trigger>) {
+        (&mut self.changes, &mut self.triggers)
+    }
+
+    /// Ends the run of changes so far: `Synced` goes after them.
+    pub fn synced(&mut self, complete: bool) {
+        self.seal();
+        self.sealed.push(SourceMsg::Synced { complete });
+    }
+
+    fn seal(&mut self) {
+        if !self.triggers.is_empty() {
+            self.sealed
+                .push(SourceMsg::Triggers(std::mem::take(&mut self.triggers)));
         }
+        if !self.changes.is_empty() {
+            self.sealed
+                .push(SourceMsg::Changes(std::mem::take(&mut self.changes)));
+        }
+    }
+
+    pub fn into_messages(mut self) -> Vec<SourceMsg> {
+        self.seal();
+        self.sealed
     }
 }
 
@@ -55,22 +87,17 @@ mod tests {
     use super::*;
     use crate::model::{ServiceId, SliceId};
 
-    fn changes(names: &[&str]) -> SourceMsg {
-        SourceMsg::Changes(
-            names
-                .iter()
-                .map(|n| Change::DeleteSlice(SliceId::new("ns", *n)))
-                .collect(),
-        )
+    fn changes(b: &mut Batch, names: &[&str]) {
+        for n in names {
+            b.change(Change::DeleteSlice(SliceId::new("ns", *n)));
+        }
     }
 
-    fn triggers(names: &[&str]) -> SourceMsg {
-        SourceMsg::Triggers(
-            names
-                .iter()
-                .map(|n| (ServiceId::new("ns", *n), SystemTime::UNIX_EPOCH))
-                .collect(),
-        )
+    fn triggers(b: &mut Batch, names: &[&str]) {
+        for n in names {
+            b.triggers()
+                .push((ServiceId::new("ns", *n), SystemTime::UNIX_EPOCH));
+        }
     }
 
     fn shape(out: &[SourceMsg]) -> Vec<(char, usize)> {
@@ -84,20 +111,21 @@ mod tests {
     }
 
     #[test]
-    fn coalesce_merges_by_kind_but_never_across_synced() {
-        let mut out = Vec::new();
-        SourceMsg::coalesce(&mut out, vec![triggers(&["a"]), changes(&["a"])]);
-        SourceMsg::coalesce(&mut out, vec![triggers(&["b"]), changes(&["b"])]);
-        SourceMsg::coalesce(&mut out, vec![changes(&["c"])]);
-        assert_eq!(shape(&out), [('t', 2), ('c', 3)]);
-        SourceMsg::coalesce(
-            &mut out,
-            vec![changes(&["d"]), SourceMsg::Synced { complete: true }],
-        );
-        SourceMsg::coalesce(&mut out, vec![changes(&["e"]), triggers(&["e"])]);
+    fn a_batch_merges_by_kind_but_never_across_synced() {
+        let mut b = Batch::default();
+        changes(&mut b, &["a"]);
+        triggers(&mut b, &["a"]);
+        triggers(&mut b, &["b"]);
+        changes(&mut b, &["b", "c", "d"]);
+        b.synced(true);
+        changes(&mut b, &["e"]);
+        triggers(&mut b, &["e"]);
         assert_eq!(
-            shape(&out),
-            [('t', 2), ('c', 4), ('s', 0), ('c', 1), ('t', 1)]
+            shape(&b.into_messages()),
+            [('t', 2), ('c', 4), ('s', 0), ('t', 1), ('c', 1)]
         );
+        let mut b = Batch::default();
+        b.synced(false);
+        assert_eq!(shape(&b.into_messages()), [('s', 0)]);
     }
 }
