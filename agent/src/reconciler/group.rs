@@ -211,15 +211,15 @@ fn merge(members: &[Member<'_>]) -> (Vec<MapOp>, Vec<(usize, usize)>) {
                 .map(move |(p, plan)| (m, p, plan))
         })
     };
+    debug_assert!(
+        plans().all(|(_, _, plan)| plan.ops.windows(2).all(|w| phase(&w[0]) <= phase(&w[1]))),
+        "a plan's ops come in phase order"
+    );
     let total = plans().map(|(_, _, plan)| plan.ops.len()).sum();
     let mut ops = Vec::with_capacity(total);
     let mut owners = Vec::with_capacity(total);
     for now in 0..=LAST_PHASE {
         for (m, p, plan) in plans() {
-            debug_assert!(
-                plan.ops.windows(2).all(|w| phase(&w[0]) <= phase(&w[1])),
-                "a plan's ops come in phase order"
-            );
             for op in plan.ops.iter().filter(|op| phase(op) == now) {
                 ops.push(op.clone());
                 owners.push((m, p));

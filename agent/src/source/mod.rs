@@ -40,16 +40,8 @@ pub struct Batch {
 pub type Trigger = (crate::model::ServiceId, std::time::SystemTime);
 
 impl Batch {
-    pub fn change(&mut self, c: Change) {
-        self.changes.push(c);
-    }
-
     pub fn changes(&mut self) -> &mut Vec<Change> {
         &mut self.changes
-    }
-
-    pub fn triggers(&mut self) -> &mut Vec<Trigger> {
-        &mut self.triggers
     }
 
     /// The changes and the triggers, to fill together.
@@ -89,13 +81,15 @@ mod tests {
 
     fn changes(b: &mut Batch, names: &[&str]) {
         for n in names {
-            b.change(Change::DeleteSlice(SliceId::new("ns", *n)));
+            b.changes()
+                .push(Change::DeleteSlice(SliceId::new("ns", *n)));
         }
     }
 
     fn triggers(b: &mut Batch, names: &[&str]) {
         for n in names {
-            b.triggers()
+            b.both()
+                .1
                 .push((ServiceId::new("ns", *n), SystemTime::UNIX_EPOCH));
         }
     }

@@ -3,10 +3,10 @@
 //! second, local-only scope of each external one under
 //! `externalTrafficPolicy: Local`.
 
-use super::backends::{backends_for, candidates, local_ready};
-use crate::hash::HashSet;
 use std::net::IpAddr;
 
+use super::backends::{backends_for, candidates, local_ready};
+use crate::hash::HashSet;
 use crate::model::{
     Backend, BackendState, DesiredFrontend, Frontend, FrontendKind, IpFamily, LbAlgorithm,
     LbOptions, NodeInfo, Scope, ServicePortSpec, ServiceSpec, ServiceType, SliceSpec,

@@ -297,11 +297,11 @@ impl<'r, 'a> Map<'r, 'a> {
                 .expect("an open block mapping has its next key"),
             Kind::Flow => {
                 let r = &mut *self.r;
+                // `flow_close` has skipped the spaces before the key.
                 if r.flow_close(b'}')? {
                     self.done = true;
                     return Ok(None);
                 }
-                r.skip_spaces();
                 if matches!(r.peek(), Some(b'[' | b'{')) {
                     return Err(r.unsupported("a collection as a key").into());
                 }
