@@ -92,6 +92,55 @@ impl MapName {
     }
 }
 
+/// Entries in each planned map ([`MapName::ALL`]). An array, not a map
+/// keyed by name: the reconciler counts every plan's entries, and four
+/// B-tree maps a Service were allocated for it at a cold start.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MapCounts([u64; MapName::ALL.len()]);
+
+impl MapCounts {
+    /// Labels are not planned, so never counted: 0.
+    pub fn get(&self, map: MapName) -> u64 {
+        map.planned().map_or(0, |i| self.0[i])
+    }
+
+    pub fn add(&mut self, map: MapName, n: u64) {
+        if let Some(i) = map.planned() {
+            self.0[i] += n;
+        }
+    }
+
+    pub fn add_all(&mut self, other: &Self) {
+        self.adjust(other, &Self::default());
+    }
+
+    /// `self + add - sub`, per map, never below 0.
+    pub fn adjust(&mut self, add: &Self, sub: &Self) {
+        for ((u, a), s) in self.0.iter_mut().zip(add.0).zip(sub.0) {
+            *u = (*u + a).saturating_sub(s);
+        }
+    }
+
+    /// Each map with its count, 0 included, in [`MapName::ALL`]'s order.
+    pub fn iter(&self) -> impl Iterator<Item = (MapName, u64)> + '_ {
+        MapName::ALL.into_iter().zip(self.0)
+    }
+}
+
+impl MapName {
+    /// The index in [`Self::ALL`].
+    const fn planned(self) -> Option<usize> {
+        match self {
+            Self::Services => Some(0),
+            Self::Backends => Some(1),
+            Self::RevNat => Some(2),
+            Self::SrcRanges => Some(3),
+            Self::Maglev => Some(4),
+            Self::Labels => None,
+        }
+    }
+}
+
 impl fmt::Display for MapName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.pin_name())

@@ -28,8 +28,6 @@ mod image;
 pub mod maglev;
 mod restore;
 
-use std::collections::BTreeMap;
-
 use weir_abi::BACKEND_STATE_DRAINING;
 
 pub use compact::{Backends, Slots};
@@ -163,14 +161,11 @@ pub fn diff(
 }
 
 /// New entries a plan adds to each map before it prunes: what must fit.
-pub fn growth(
-    old: Option<&FrontendImage>,
-    new: Option<&FrontendImage>,
-) -> BTreeMap<crate::maps::MapName, u32> {
+pub fn growth(old: Option<&FrontendImage>, new: Option<&FrontendImage>) -> crate::maps::MapCounts {
     use crate::maps::MapName;
     let empty = FrontendImage::default();
     let old = old.unwrap_or(&empty);
-    let mut g = BTreeMap::new();
+    let mut g = crate::maps::MapCounts::default();
     if let Some(new) = new {
         let services = new
             .services
@@ -200,9 +195,7 @@ pub fn growth(
             (MapName::SrcRanges, src_ranges),
             (MapName::Maglev, maglev),
         ] {
-            if n > 0 {
-                g.insert(map, u32::try_from(n).unwrap_or(u32::MAX));
-            }
+            g.add(map, n as u64);
         }
     }
     g

@@ -23,11 +23,10 @@
 //! the one whose write failed fails as it would alone, and the others are
 //! synced again one at a time. Every Service ends fully written or exactly
 //! as it was.
-use std::collections::{BTreeMap, HashSet};
-
 use super::{ReconcileError, Reconciler, upsert_order};
 use crate::{
-    maps::{LbMaps, MapError, MapName, MapOp},
+    hash::HashSet,
+    maps::{LbMaps, MapCounts, MapError, MapName, MapOp},
     model::{DesiredFrontend, Frontend, ServiceId},
     planner::{self, Plan, check::phase},
 };
@@ -53,7 +52,7 @@ struct Group<'a> {
     members: Vec<Member<'a>>,
     frontends: HashSet<Frontend>,
     /// Entries the members will take, by map, on top of those in use.
-    reserved: BTreeMap<MapName, u64>,
+    reserved: MapCounts,
 }
 
 impl<M: LbMaps> Reconciler<M> {
@@ -115,9 +114,7 @@ impl<M: LbMaps> Reconciler<M> {
             }
             return false;
         };
-        for (map, n) in needed {
-            *group.reserved.entry(map).or_default() += n;
-        }
+        group.reserved.add_all(&needed);
         group.frontends.extend(plans.iter().map(|p| p.frontend));
         group.members.push(Member {
             index,
