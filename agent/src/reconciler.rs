@@ -109,8 +109,8 @@ struct Held {
 pub struct Reconciler<M> {
     maps: M,
     ids: Ids,
-    /// Hashed: a B-tree moved every image it shifted, and its searches
-    /// were a tenth of the reconciler at a cold start.
+    /// Hashed: a B-tree moved whole images as it shifted them, and was
+    /// searched on every plan; nothing reads the images in order.
     images: HashMap<Frontend, Held>,
     by_service: HashMap<ServiceId, SmallSet<Frontend>>,
     /// Restored from the maps but not yet claimed by any Service.

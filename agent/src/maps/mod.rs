@@ -122,7 +122,7 @@ impl MapCounts {
     }
 
     /// Each map with its count, 0 included, in [`MapName::ALL`]'s order.
-    pub fn iter(&self) -> impl Iterator<Item = (MapName, u64)> + '_ {
+    pub fn iter(&self) -> impl Iterator<Item = (MapName, u64)> {
         MapName::ALL.into_iter().zip(self.0)
     }
 }
