@@ -182,6 +182,28 @@ pub struct Datapath {
     pub devices: Devices,
 }
 
+/// Whether XDP programs may call `bpf_xdp_adjust_meta`. Some kernel builds
+/// refuse it (6.18.44 here); the XDP program then loads without its
+/// hand-off to TC (see `WEIR_XDP_META` in the programs) rather than not at
+/// all, which took the whole datapath down with it.
+fn xdp_meta_supported() -> bool {
+    use aya::{
+        programs::ProgramType,
+        sys::{BpfHelper, is_helper_supported},
+    };
+    match is_helper_supported(ProgramType::Xdp, BpfHelper::BPF_FUNC_xdp_adjust_meta) {
+        Ok(true) => true,
+        Ok(false) => {
+            warn!(
+                "this kernel refuses bpf_xdp_adjust_meta to XDP programs: flows XDP would hand to TC after SNAT are passed untranslated, and TC translates them"
+            );
+            false
+        }
+        // The probe itself failed (no BPF at all): the load says why.
+        Err(_) => true,
+    }
+}
+
 impl Datapath {
     pub fn load(opts: &LoadOptions) -> Result<Self, LoadError> {
         let pins = &opts.pins;
@@ -197,7 +219,9 @@ impl Datapath {
             sock::check_cgroup(&opts.cgroup)?;
         }
 
+        let xdp_meta = xdp_meta_supported();
         let ebpf = EbpfLoader::new()
+            .override_global("WEIR_XDP_META", &u8::from(xdp_meta), true)
             .default_map_pin_directory(pins.maps())
             .map_max_entries(weir_abi::MAP_SERVICES, opts.max_services)
             .map_max_entries(weir_abi::MAP_REVNAT, opts.max_services)

@@ -17,6 +17,15 @@ use aya_ebpf::{
     programs::{TcContext, XdpContext},
 };
 
+/// 0 when the kernel refuses `bpf_xdp_adjust_meta` to XDP programs (some
+/// builds do; the loader probes it). It lives in `.rodata`, which the loader
+/// freezes, so the verifier takes it as a constant and never walks the
+/// helper call behind it: a program that merely contains a refused call is
+/// refused whole. Without the mark, XDP passes the flows it would have
+/// handed to TC, and TC translates them itself.
+#[unsafe(no_mangle)]
+static WEIR_XDP_META: u8 = 1;
+
 /// Where the L4 checksum lives and how it behaves.
 #[derive(Clone, Copy, Default)]
 pub struct L4Csum {
@@ -313,6 +322,12 @@ impl Pkt for XdpPkt<'_> {
 
     #[inline(always)]
     fn mark_for_tc(&mut self) -> bool {
+        // Read through a volatile load, or the compiler folds the default in
+        // and the loader's value never counts.
+        // SAFETY: a plain static the loader may only set before the load.
+        if unsafe { core::ptr::read_volatile(&raw const WEIR_XDP_META) } == 0 {
+            return false;
+        }
         // SAFETY: a valid xdp_md; the helper only moves data_meta.
         if unsafe { bpf_xdp_adjust_meta(self.ctx.ctx, -4) } != 0 {
             return false;

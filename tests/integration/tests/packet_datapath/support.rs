@@ -23,6 +23,17 @@ pub const SETTLE: Duration = Duration::from_secs(10);
 
 /// What is still there of a dropped topology: namespaces, the cgroup, the
 /// bpffs mount or the work directory.
+/// Whether this kernel lets XDP programs call `bpf_xdp_adjust_meta`, as the
+/// agent's loader probes it. Without it, XDP hands the flows it would mark
+/// for TC (SNAT) to TC untranslated, and TC translates them.
+pub fn xdp_meta() -> bool {
+    use aya::{
+        programs::ProgramType,
+        sys::{BpfHelper, is_helper_supported},
+    };
+    is_helper_supported(ProgramType::Xdp, BpfHelper::BPF_FUNC_xdp_adjust_meta).unwrap_or(true)
+}
+
 pub fn leftovers(netns: &[String], cgroup: &Path, pin: &Path, dir: &Path) -> Vec<String> {
     let mut left = Vec::new();
     let list = std::process::Command::new("ip")
