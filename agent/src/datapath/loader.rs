@@ -219,7 +219,9 @@ impl Datapath {
             sock::check_cgroup(&opts.cgroup)?;
         }
 
-        let xdp_meta = xdp_meta_supported();
+        // Only devices run the XDP program: without any, nothing to probe
+        // or warn about.
+        let xdp_meta = opts.devices.is_empty() || xdp_meta_supported();
         let ebpf = EbpfLoader::new()
             .override_global("WEIR_XDP_META", &u8::from(xdp_meta), true)
             .default_map_pin_directory(pins.maps())
