@@ -21,8 +21,6 @@ use weir_integration::{
 /// answering. Generous: the tests run in parallel on few cores.
 pub const SETTLE: Duration = Duration::from_secs(10);
 
-/// What is still there of a dropped topology: namespaces, the cgroup, the
-/// bpffs mount or the work directory.
 /// Whether this kernel lets XDP programs call `bpf_xdp_adjust_meta`, as the
 /// agent's loader probes it. Without it, XDP hands the flows it would mark
 /// for TC (SNAT) to TC untranslated, and TC translates them.
@@ -34,6 +32,18 @@ pub fn xdp_meta() -> bool {
     is_helper_supported(ProgramType::Xdp, BpfHelper::BPF_FUNC_xdp_adjust_meta).unwrap_or(true)
 }
 
+/// The XDP counter a new SNAT flow through XDP adds to: its own new flow,
+/// or, without `bpf_xdp_adjust_meta`, the hand-off to TC.
+pub fn xdp_snat_flow_counter() -> u32 {
+    if xdp_meta() {
+        weir_abi::STAT_NEW_FLOW
+    } else {
+        weir_abi::STAT_XDP_TO_TC
+    }
+}
+
+/// What is still there of a dropped topology: namespaces, the cgroup, the
+/// bpffs mount or the work directory.
 pub fn leftovers(netns: &[String], cgroup: &Path, pin: &Path, dir: &Path) -> Vec<String> {
     let mut left = Vec::new();
     let list = std::process::Command::new("ip")

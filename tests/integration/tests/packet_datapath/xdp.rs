@@ -4,9 +4,7 @@
 use std::net::IpAddr;
 
 use anyhow::{Result, ensure};
-use weir_abi::{
-    CT_DIR_FORWARD, CT_F_XDP, STAT_NEW_FLOW, STAT_PROG_TC_INGRESS, STAT_PROG_XDP, STAT_XDP_TO_TC,
-};
+use weir_abi::{CT_DIR_FORWARD, CT_F_XDP, STAT_NEW_FLOW, STAT_PROG_TC_INGRESS, STAT_PROG_XDP};
 use weir_integration::packet_topology::{
     BRIDGE_CLIENT4, BRIDGE_CLIENT6, BRIDGE_NODE4, BRIDGE_NODE6, CLIENT4, CLIENT6, LPOD, NODE_EXT4,
     Ns, PacketAgent, PacketTopology, RPOD,
@@ -60,7 +58,7 @@ fn native_xdp_translates_new_flows_as_its_counters_show() -> Result<()> {
     // These frontends SNAT: without `bpf_xdp_adjust_meta` XDP sees each
     // new flow and hands it to TC, which translates it.
     let meta = crate::support::xdp_meta();
-    let counter = if meta { STAT_NEW_FLOW } else { STAT_XDP_TO_TC };
+    let counter = crate::support::xdp_snat_flow_counter();
     let before = agent.stat(STAT_PROG_XDP, counter)?;
     traffic(&topo, &svc)?;
     let after = agent.stat(STAT_PROG_XDP, counter)?;
@@ -175,11 +173,7 @@ fn best_effort_xdp_falls_back_to_tc_on_a_device_without_native_xdp() -> Result<(
 
     // The veths keep native XDP: it makes the flows through wext, or hands
     // them to TC on a kernel without XDP metadata.
-    let counter = if crate::support::xdp_meta() {
-        STAT_NEW_FLOW
-    } else {
-        STAT_XDP_TO_TC
-    };
+    let counter = crate::support::xdp_snat_flow_counter();
     let seen = agent.stat(STAT_PROG_XDP, counter)?;
     traffic(&topo, &svc)?;
     ensure!(
