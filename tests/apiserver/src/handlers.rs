@@ -133,13 +133,13 @@ pub fn list(state: &State, r: &ApiRequest) -> Reply {
     let mut items: Vec<(&Stored, Cow<'_, Value>)> = Vec::new();
     let mut next_key = None;
     let mut rest = inner.list_stored(r.res, r.namespace.as_deref(), after);
-    for ((ns, name), obj) in rest.by_ref() {
+    for (key, obj) in rest.by_ref() {
         let value = convert::to_view(r.res, &obj.value);
         if !sel.matches_stored(obj, &value) {
             continue;
         }
         items.push((obj, value));
-        next_key = Some((ns.clone(), name.clone()));
+        next_key = Some(key);
         if limit > 0 && items.len() == limit {
             break;
         }
@@ -156,7 +156,7 @@ pub fn list(state: &State, r: &ApiRequest) -> Reply {
     });
     let mut meta = json!({"resourceVersion": list_rv.to_string()});
     if more && let Some((ns, name)) = next_key {
-        meta["continue"] = json!(encode_continue(list_rv, &ns, &name, remaining));
+        meta["continue"] = json!(encode_continue(list_rv, ns, name, remaining));
         if let Some(n) = remaining {
             meta["remainingItemCount"] = json!(n);
         }

@@ -44,6 +44,10 @@ type Objects = BTreeMap<(String, String), Stored>;
 pub struct Stored {
     pub value: Value,
     item: Bytes,
+    /// The type meta's fields (`"kind":…,"apiVersion":…`), for whole
+    /// objects: encoded per object at each watch start, they were half of
+    /// the time a 100k-object streaming list waited before its first event.
+    type_meta: Bytes,
     pub labels: LabelSet,
 }
 
@@ -57,10 +61,22 @@ impl Stored {
         };
         // Only string keys and JSON values: encoding cannot fail.
         let item = Bytes::from(item.unwrap_or_default());
+        let mut type_meta = Vec::new();
+        for key in ["kind", "apiVersion"] {
+            if let Some(v) = value.get(key) {
+                if !type_meta.is_empty() {
+                    type_meta.push(b',');
+                }
+                let _ = serde_json::to_writer(&mut type_meta, key);
+                type_meta.push(b':');
+                let _ = serde_json::to_writer(&mut type_meta, v);
+            }
+        }
         let labels = LabelSet::of(&value);
         Self {
             value,
             item,
+            type_meta: Bytes::from(type_meta),
             labels,
         }
     }
@@ -75,19 +91,8 @@ impl Stored {
     /// initial events' parts under the lock and writes them as the client
     /// reads (see `watch::Initial`).
     pub fn object_parts(&self) -> ObjectParts {
-        let mut meta = Vec::new();
-        for key in ["kind", "apiVersion"] {
-            if let Some(v) = self.value.get(key) {
-                if !meta.is_empty() {
-                    meta.push(b',');
-                }
-                let _ = serde_json::to_writer(&mut meta, key);
-                meta.push(b':');
-                let _ = serde_json::to_writer(&mut meta, v);
-            }
-        }
         ObjectParts {
-            meta,
+            meta: self.type_meta.clone(),
             item: self.item.clone(),
         }
     }
@@ -96,7 +101,7 @@ impl Stored {
 /// An object's JSON in two parts: its type meta's fields, and the item
 /// (shared with the store, not copied).
 pub struct ObjectParts {
-    meta: Vec<u8>,
+    meta: Bytes,
     item: Bytes,
 }
 

@@ -36,6 +36,12 @@ impl WatchRequest {
         self.selector.matches(&convert::to_view(self.res, stored))
     }
 
+    /// [`Self::selects`] over the label set kept with the object.
+    fn selects_stored(&self, stored: &Stored) -> bool {
+        self.selector
+            .matches_stored(stored, &convert::to_view(self.res, &stored.value))
+    }
+
     fn wants(&self, ev: &Event) -> Option<&'static str> {
         if !std::ptr::eq(ev.res, convert::storage(self.res))
             || self
@@ -120,7 +126,7 @@ fn start(store: &Store, req: &WatchRequest) -> Result<Start, ApiError> {
     let snapshot = |inner: &crate::store::Inner| -> Initial {
         let objects = inner
             .list_stored(req.res, req.namespace.as_deref(), None)
-            .filter(|(_, o)| req.selects(&o.value))
+            .filter(|(_, o)| req.selects_stored(o))
             .map(|(_, o): (_, &Stored)| o);
         if req.as_stored() {
             Initial::Added(objects.map(Stored::object_parts).collect())
