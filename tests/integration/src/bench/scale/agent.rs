@@ -10,7 +10,10 @@ use std::{
 
 use anyhow::{Context as _, Result, bail, ensure};
 
-use crate::{bin, topology::ChildGuard};
+use crate::{
+    bin,
+    topology::{Bpffs, Cgroup, ChildGuard},
+};
 
 pub(super) struct Options<'a> {
     /// Where the Services come from (`--manifests DIR`, `--kubeconfig …`).
@@ -32,6 +35,35 @@ pub(super) struct Synced {
     pub fields: String,
     /// Whether `perf record` ran over it, so its numbers include perf's cost.
     pub profiled: bool,
+}
+
+/// A cold start on a bpffs and a cgroup of its own, stopped once it synced:
+/// a repetition of the measured one. `dir` is a new directory in the
+/// bench's work directory, removed with the mount; the agent logs to
+/// `dir.log`. Returns the cold sync and the warnings and errors logged.
+pub(super) fn cold_start_alone(
+    dir: &Path,
+    cgroup: PathBuf,
+    like: &Options<'_>,
+    timeout: Duration,
+) -> Result<(Duration, usize)> {
+    // Dropped in reverse: the agent, the cgroup (which detaches its
+    // programs), the bpffs (which frees the maps).
+    let bpffs = Bpffs::mount(dir.join("bpf"))?;
+    let cgroup = Cgroup::create(cgroup)?;
+    let pins = bpffs.pin_dir();
+    let mut agent = AgentProc::spawn(Options {
+        source: like.source,
+        cgroup: &cgroup.path,
+        pins: &pins,
+        max_services: like.max_services,
+        max_backends: like.max_backends,
+        log: dir.with_extension("log"),
+    })?;
+    let synced = agent.wait_sync(timeout)?;
+    // An agent that does not stop cleanly counts as a problem too.
+    let unclean = agent.stop()?.is_some();
+    Ok((synced.cold, agent.problems()? + usize::from(unclean)))
 }
 
 /// `weir-agent` in standalone mode; killed on drop.

@@ -65,6 +65,10 @@ pub enum Bench {
         /// sweep every 5 s).
         #[arg(long, default_value_t = 30)]
         gc_secs: u64,
+        /// Cold starts per source, each on fresh pins; the cold sync is
+        /// their median (one start when WEIR_SCALE_PERF profiles).
+        #[arg(long, default_value_t = 5)]
+        cold_starts: u32,
         #[arg(long)]
         json: Option<PathBuf>,
         #[arg(long, default_value = "target/bench")]
@@ -132,6 +136,7 @@ pub fn run(bench: Bench) -> Result<()> {
             burst,
             idle_secs,
             gc_secs,
+            cold_starts,
             json,
             out,
         } => {
@@ -143,6 +148,7 @@ pub fn run(bench: Bench) -> Result<()> {
                 burst,
                 idle: std::time::Duration::from_secs(idle_secs),
                 gc_window: std::time::Duration::from_secs(gc_secs),
+                cold_starts,
             })?;
             publish(
                 &out,
