@@ -182,19 +182,30 @@ impl<V: aya::Pod> MmapArray<V> {
         Ok(())
     }
 
-    /// Every element that is not all zeros, by index.
+    /// Every element that is not all zeros, by index. Read in place: a
+    /// cold start's array is all zeros, and a copy of a million of them
+    /// (24 MB of fresh pages) was most of reading the maps back.
     pub fn entries(&self) -> io::Result<Vec<(u32, V)>> {
-        Ok((0..)
-            .zip(self.elements()?)
-            .filter(|(_, v)| !is_zero(v))
-            .collect())
+        let mut out = Vec::new();
+        self.each_element(|i, v| {
+            if !is_zero(&v) {
+                out.push((i, v));
+            }
+        })?;
+        Ok(out)
     }
 
-    /// Every element, zeros too, by index: read through windows of
-    /// [`HELD_WINDOW`] in turn, so that the mapping adds little to the
-    /// reader's RSS on top of the copy.
+    /// Every element, zeros too, by index.
     pub fn elements(&self) -> io::Result<Vec<V>> {
         let mut out = Vec::with_capacity(self.max_entries as usize);
+        self.each_element(|_, v| out.push(v))?;
+        Ok(out)
+    }
+
+    /// Hands out every element in index order, read through windows of
+    /// [`HELD_WINDOW`] in turn, so that the mapping adds little to the
+    /// reader's RSS.
+    fn each_element(&self, mut f: impl FnMut(u32, V)) -> io::Result<()> {
         let span = (HELD_WINDOW / Self::STRIDE) as u32;
         let mut lo = 0;
         while self.mmapable && lo < self.max_entries {
@@ -204,14 +215,16 @@ impl<V: aya::Pod> MmapArray<V> {
                 Err(e) if e.raw_os_error() == Some(libc::ENOMEM) => break,
                 Err(e) => return Err(e),
             };
-            // SAFETY: every index of `lo..hi` lies in the window.
-            out.extend((lo..hi).map(|i| unsafe { w.element::<V>(i).read_volatile() }));
+            for i in lo..hi {
+                // SAFETY: every index of `lo..hi` lies in the window.
+                f(i, unsafe { w.element::<V>(i).read_volatile() });
+            }
             lo = hi;
         }
         for i in lo..self.max_entries {
-            out.push(self.map.get(&i, 0).map_err(to_io)?);
+            f(i, self.map.get(&i, 0).map_err(to_io)?);
         }
-        Ok(out)
+        Ok(())
     }
 }
 
