@@ -77,8 +77,18 @@ pub(super) struct AgentProc {
 
 impl AgentProc {
     pub fn spawn(opts: Options<'_>) -> Result<Self> {
-        let mut cmd = Command::new(bin("weir-agent"));
-        cmd.args(opts.source)
+        // The kernel kills the agent if the bench dies before its guards
+        // run. Set by setpriv, not by a `pre_exec` hook: a hook makes std
+        // fork this process, which holds the test API server's 100k
+        // objects, instead of spawning with a shared address space. The
+        // fork's copy of the page tables then counted in the cold sync, and
+        // the server took a copy-on-write fault on each page it wrote to
+        // during the very sync measured (on every object's reference count
+        // in a streaming list: half of its CPU).
+        let mut cmd = Command::new("setpriv");
+        cmd.args(["--pdeathsig", "KILL", "--"])
+            .arg(bin("weir-agent"))
+            .args(opts.source)
             .arg("--cgroup")
             .arg(opts.cgroup)
             .arg("--bpffs")
@@ -93,15 +103,6 @@ impl AgentProc {
             .env("NO_COLOR", "1")
             .stdout(Stdio::null())
             .stderr(File::create(&opts.log)?);
-        // SAFETY: prctl is async-signal-safe. The kernel then kills the agent
-        // if the bench dies before its guards run.
-        unsafe {
-            use std::os::unix::process::CommandExt as _;
-            cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
-            });
-        }
         let log = LogWatch::open(&opts.log)?;
         let spawned = Instant::now();
         let child = ChildGuard(
