@@ -220,7 +220,13 @@ fn publish(
         root().join(out)
     };
     std::fs::create_dir_all(&out)?;
-    let md = report::markdown(title, records, notes);
+    let mut md = report::markdown(title, records, notes);
+    // A hand-written section kept beside the output (`scale-profile.md`):
+    // what a profile says cannot come out of the run itself.
+    if let Ok(extra) = std::fs::read_to_string(out.join(format!("{name}-profile.md"))) {
+        md.push('\n');
+        md.push_str(&extra);
+    }
     print!("{md}");
     std::fs::write(out.join(format!("{name}.md")), &md)?;
     let json = json.unwrap_or_else(|| out.join(format!("{name}.json")));
