@@ -192,7 +192,7 @@ fn run_one(opts: &ScaleOptions, source: Source) -> Result<(Vec<Record>, Vec<Stri
     // 1. Cold starts: the repetitions first, each alone on its own pins,
     // then the one the other measurements follow. `perf record` follows
     // that one only.
-    let profiling = std::env::var_os("WEIR_SCALE_PERF").is_some();
+    let profiling = agent::perf_output().is_some();
     let repetitions = if profiling {
         1
     } else {

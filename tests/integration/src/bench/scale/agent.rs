@@ -279,13 +279,18 @@ impl AgentProc {
     }
 }
 
+/// Where `perf record` writes (`WEIR_SCALE_PERF`), when the run profiles.
+pub(super) fn perf_output() -> Option<std::ffi::OsString> {
+    std::env::var_os("WEIR_SCALE_PERF")
+}
+
 /// `WEIR_SCALE_PERF=FILE`: `perf record` (arguments from
 /// `WEIR_SCALE_PERF_ARGS`, default `-g`) attached right after the spawn. The
 /// first agent (the cold start) records to FILE, later ones (the restart) to
 /// FILE.2, FILE.3…: one file would keep only the last.
 fn start_perf(pid: u32) -> Result<Option<ChildGuard>> {
     static SPAWNS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let Some(mut out) = std::env::var_os("WEIR_SCALE_PERF") else {
+    let Some(mut out) = perf_output() else {
         return Ok(None);
     };
     let n = SPAWNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
